@@ -1,0 +1,18 @@
+# Decides whether CUDA code is built. An impossible request (ON without a toolkit) is a
+# configure-time error, never a silent fallback.
+set(SHARDSCOPE_HAVE_CUDA OFF)
+if(NOT SHARDSCOPE_CUDA MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "SHARDSCOPE_CUDA must be AUTO, ON or OFF, got '${SHARDSCOPE_CUDA}'")
+endif()
+if(NOT SHARDSCOPE_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(SHARDSCOPE_HAVE_CUDA ON)
+  elseif(SHARDSCOPE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "SHARDSCOPE_CUDA=ON but no CUDA toolkit was found (set CUDAToolkit_ROOT)")
+  endif()
+endif()
+message(STATUS "shardscope: CUDA backend ${SHARDSCOPE_HAVE_CUDA} (SHARDSCOPE_CUDA=${SHARDSCOPE_CUDA})")

@@ -1,0 +1,68 @@
+// GPU and cluster presets: the hardware figures every cost model reads.
+//
+// Figures come from vendor datasheets (see the table in hardware.cc, one source per row).
+// Bandwidths are bytes per second, memory sizes bytes, throughputs FLOP/s (dense, no
+// sparsity). A plan names a preset and may override any field (sim/plan.h).
+#ifndef SHARDSCOPE_SIM_HARDWARE_H_
+#define SHARDSCOPE_SIM_HARDWARE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardscope/traces/schedule.h"
+#include "shardscope/traces/status.h"
+
+namespace shardscope::sim {
+
+enum class GpuArch : uint8_t { kVolta, kAmpere, kHopper };
+std::string_view GpuArchName(GpuArch arch);
+
+struct GpuSpec {
+  std::string name;                        // preset name, e.g. "h100-sxm5-80gb"
+  GpuArch arch = GpuArch::kHopper;
+  int32_t sm_count = 0;
+  double peak_flops_bf16 = 0;              // 0 = not supported by the tensor cores
+  double peak_flops_fp16 = 0;
+  double peak_flops_tf32 = 0;
+  double peak_flops_fp32 = 0;              // non-tensor-core fp32
+  double peak_flops_fp8 = 0;
+  int64_t hbm_bytes = 0;
+  double hbm_bandwidth = 0;                // bytes/s
+  double nvlink_bandwidth = 0;             // bytes/s per direction per GPU
+  double pcie_bandwidth = 0;               // bytes/s per direction (H2D / D2H copies)
+  int64_t cuda_context_bytes = 0;          // device memory taken by the CUDA context + NCCL
+};
+
+// Peak dense FLOP/s for GEMMs in `dtype` (fp32 GEMMs use the fp32 rate; tf32 the tf32 rate).
+// 0 when the GPU has no tensor-core support for the dtype (e.g. bf16 or fp8 on V100).
+double PeakFlops(const GpuSpec& gpu, traces::DType dtype);
+
+// How GPUs inside one node talk to each other.
+enum class IntraNodeFabric : uint8_t { kNvSwitch, kNvLinkHybridCubeMesh, kPcie };
+
+struct ClusterSpec {
+  std::string name;                        // preset name, e.g. "dgx-h100"
+  GpuSpec gpu;
+  int32_t gpus_per_node = 8;
+  int32_t nodes = 1;
+  IntraNodeFabric fabric = IntraNodeFabric::kNvSwitch;
+  double intra_node_bandwidth = 0;         // bytes/s per GPU per direction (NVLink)
+  double inter_node_bandwidth = 0;         // bytes/s per GPU per direction (network share)
+  int32_t nics_per_node = 0;
+
+  int32_t world_size() const { return gpus_per_node * nodes; }
+  int32_t NodeOf(int32_t rank) const { return rank / gpus_per_node; }
+};
+
+StatusOr<GpuSpec> FindGpuPreset(std::string_view name);
+std::vector<std::string> GpuPresetNames();
+
+// A cluster preset with `nodes` nodes.
+StatusOr<ClusterSpec> FindClusterPreset(std::string_view name, int32_t nodes);
+std::vector<std::string> ClusterPresetNames();
+
+}  // namespace shardscope::sim
+
+#endif  // SHARDSCOPE_SIM_HARDWARE_H_

@@ -1,0 +1,99 @@
+// Transformer model presets and their decomposition into the kernels a real
+// implementation runs (QKV, attention, output projection, MLP GEMMs, norms, residuals,
+// embedding, output head, loss), with parameter tensors and saved activations.
+//
+// The lowering (sim/lowering.h) turns these per-block kernel lists into schedule ops; the
+// memory model and the FLOP accounting read the same lists, so counts agree by construction.
+#ifndef SHARDSCOPE_SIM_MODEL_H_
+#define SHARDSCOPE_SIM_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardscope/traces/schedule.h"
+#include "shardscope/traces/status.h"
+
+namespace shardscope::sim {
+
+enum class MlpKind : uint8_t { kSwiGlu, kGelu };          // SwiGLU: gate, up, down
+enum class NormKind : uint8_t { kRmsNorm, kLayerNorm };
+enum class AttentionKind : uint8_t { kCausal, kBidirectional };  // decoder vs encoder
+
+struct ModelSpec {
+  std::string name;               // preset name or "custom"
+  int32_t layers = 0;
+  int64_t hidden = 0;
+  int32_t heads = 0;
+  int32_t kv_heads = 0;           // == heads without grouped-query attention
+  int64_t ffn = 0;                // intermediate size (per expert for MoE)
+  int64_t vocab = 0;
+  int64_t max_positions = 0;      // learned position embeddings when > 0 and learned_positions
+  bool learned_positions = false; // GPT/RoBERTa-style absolute position embedding table
+  bool tied_embeddings = false;   // output head shares the input embedding
+  bool bias = false;              // linear layers carry biases (GPT-3, RoBERTa)
+  MlpKind mlp = MlpKind::kSwiGlu;
+  NormKind norm = NormKind::kRmsNorm;
+  AttentionKind attention = AttentionKind::kCausal;
+  int32_t experts = 1;            // MoE: experts per layer (1 = dense)
+  int32_t experts_per_token = 1;  // MoE: top-k routing
+
+  int64_t head_dim() const { return hidden / heads; }
+};
+
+StatusOr<ModelSpec> FindModelPreset(std::string_view name);
+std::vector<std::string> ModelPresetNames();
+// Checks dimensions (positive, heads divide hidden, kv_heads divide heads, experts_per_token
+// <= experts). The message names the offending field.
+Status ValidateModel(const ModelSpec& model);
+
+// One parameter tensor of a module (for sharding, bucketing and memory).
+struct ParamTensor {
+  std::string name;   // e.g. "attention.wq.weight"
+  int64_t numel = 0;
+};
+
+// One kernel a module runs, with the activation bytes it saves for backward.
+struct ModuleKernel {
+  std::string name;                 // e.g. "attn.qkv_proj", "mlp.down_proj.dgrad"
+  traces::ComputeDesc compute;
+  int64_t saved_bytes = 0;          // activations kept alive until backward (forward only)
+};
+
+// A module as FSDP wraps it: a transformer block, the embedding, or the final norm + head +
+// loss. forward and backward are in execution order; backward includes both the input
+// gradient (dgrad) and weight gradient (wgrad) GEMMs.
+struct ModuleKernels {
+  std::string name;                 // "embed", "layers.0", ..., "head"
+  std::vector<ParamTensor> params;
+  std::vector<ModuleKernel> forward;
+  std::vector<ModuleKernel> backward;
+  int64_t param_numel() const;
+  int64_t saved_bytes() const;      // sum of forward saved_bytes
+};
+
+struct Workload {
+  int64_t micro_batch = 1;
+  int64_t seq_len = 2048;
+  traces::DType dtype = traces::DType::kBFloat16;  // activations and GEMMs
+};
+
+// The modules of one forward/backward pass in forward order: embed, layers.0 ..
+// layers.{L-1}, head (final norm + output projection + cross-entropy loss).
+std::vector<ModuleKernels> DecomposeModel(const ModelSpec& model, const Workload& workload);
+
+// Parameter counts. Total = embedding (+ positions) + layers x block + final norm + head
+// (0 when tied).
+int64_t ParameterCount(const ModelSpec& model);
+// Parameters used per token (MoE: only the routed experts count).
+int64_t ActiveParameterCount(const ModelSpec& model);
+
+// Model FLOPs per token for one training step (forward + backward, no recompute):
+// 6 x (active params in matrix products, i.e. without the input embedding lookup) + attention
+// (12 x layers x hidden x seq, halved for causal attention). See model-accounting reference.
+double TrainingFlopsPerToken(const ModelSpec& model, int64_t seq_len);
+
+}  // namespace shardscope::sim
+
+#endif  // SHARDSCOPE_SIM_MODEL_H_

@@ -1,0 +1,243 @@
+// The schedule: for every rank, the ordered program of its host thread.
+//
+// This is the representation every part of shardscope consumes: sim/ lowers a plan into
+// it and simulates it, runtime/ executes it, and the diff matches measured kernels back to
+// its ops by id. It has a JSON form (schedule_json.h) that users can write by hand.
+//
+// Ranks that run the same program share one Program (data-parallel ranks usually do), so a
+// 1,024-rank schedule holds a handful of programs rather than 1,024 copies. A program names
+// the communicators it uses through slots ("dp", "shard", ...); each rank binds every slot
+// to one of the schedule's communicators. Unbound slots resolve to the communicator of the
+// same name.
+//
+// Indices (stream, event, tensor, communicator slot, name, module) are positions in the
+// owning Program's tables; Op::id is the stable identity that appears in traces.
+#ifndef SHARDSCOPE_TRACES_SCHEDULE_H_
+#define SHARDSCOPE_TRACES_SCHEDULE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "shardscope/traces/status.h"
+
+namespace shardscope::traces {
+
+inline constexpr int kScheduleVersion = 1;
+
+enum class DType : uint8_t { kFloat32, kTFloat32, kBFloat16, kFloat16, kFloat8E4M3, kFloat8E5M2, kInt8, kInt32, kInt64, kFloat64 };
+// Bytes per element (tf32 is stored as fp32: 4).
+int64_t DTypeSize(DType dtype);
+// "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int32", "int64", "fp64".
+std::string_view DTypeName(DType dtype);
+std::optional<DType> ParseDType(std::string_view name);  // also accepts "float32", "bfloat16", ...
+
+// ---- Compute descriptors: what a kernel does, so the simulator can cost it and the
+// runtime can reproduce it with a proxy kernel of the same shape.
+
+// C[batch][m][n] = A[batch][m][k] x B[batch][k][n]; 2*m*n*k*batch FLOPs.
+struct GemmDesc {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  DType dtype = DType::kBFloat16;
+};
+
+// Scaled dot-product attention (flash-attention style: no materialized score matrix).
+// kv_heads < heads is grouped-query attention. backward = the gradient kernel.
+struct AttentionDesc {
+  int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_kv = 0, head_dim = 0;
+  bool causal = true;
+  bool backward = false;
+  DType dtype = DType::kBFloat16;
+};
+
+// Elementwise / reduction / copy kernels: cost is bytes moved through HBM.
+struct MemoryBoundDesc {
+  int64_t bytes_read = 0, bytes_written = 0;
+};
+
+// A kernel whose duration is known (measured, or a spin kernel).
+struct FixedDurationDesc {
+  int64_t duration_ns = 0;
+};
+
+using ComputeDesc = std::variant<GemmDesc, AttentionDesc, MemoryBoundDesc, FixedDurationDesc>;
+
+// ---- Ops
+
+enum class CollectiveType : uint8_t { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kReduce, kAllToAll, kSend, kRecv };
+std::string_view CollectiveTypeName(CollectiveType type);  // "all_gather", ...
+std::optional<CollectiveType> ParseCollectiveType(std::string_view name);
+
+enum class MemcpyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+std::string_view MemcpyKindName(MemcpyKind kind);  // "h2d", "d2h", "d2d"
+std::optional<MemcpyKind> ParseMemcpyKind(std::string_view name);
+
+enum class Phase : uint8_t { kNone, kForward, kBackward, kOptimizer, kCheckpoint };
+std::string_view PhaseName(Phase phase);  // "", "forward", "backward", "optimizer", "checkpoint"
+std::optional<Phase> ParsePhase(std::string_view name);
+
+using StreamIndex = int32_t;
+using EventIndex = int32_t;
+using TensorIndex = int32_t;
+using CommSlot = int32_t;
+using NameIndex = int32_t;  // into Program::names
+inline constexpr NameIndex kNoName = -1;
+
+// Launch a kernel on a stream.
+struct KernelOp {
+  StreamIndex stream = 0;
+  ComputeDesc compute;
+};
+
+// A collective (or point-to-point) NCCL call on a stream.
+// `bytes` follows nccl-tests' size S: the full buffer for all_reduce / broadcast / reduce,
+// the gathered output for all_gather, the input for reduce_scatter, what one rank sends for
+// all_to_all, the message for send / recv.
+struct CollectiveOp {
+  CollectiveType type = CollectiveType::kAllReduce;
+  CommSlot comm = 0;
+  StreamIndex stream = 0;
+  int64_t bytes = 0;
+  DType dtype = DType::kBFloat16;
+  int32_t peer = -1;  // send / recv: the peer's global rank; broadcast / reduce: the root
+};
+
+struct MemcpyOp {
+  MemcpyKind kind = MemcpyKind::kDeviceToDevice;
+  StreamIndex stream = 0;
+  int64_t bytes = 0;
+};
+
+// cudaEventRecord(event, stream).
+struct EventRecordOp {
+  EventIndex event = 0;
+  StreamIndex stream = 0;
+};
+
+// cudaStreamWaitEvent(stream, event): waits for the most recent record of `event` issued
+// before this op in program order (CUDA captures the record at call time).
+struct StreamWaitEventOp {
+  StreamIndex stream = 0;
+  EventIndex event = 0;
+};
+
+// The host blocks until the stream has drained.
+struct StreamSynchronizeOp {
+  StreamIndex stream = 0;
+};
+
+// The host blocks until every stream of its device has drained.
+struct DeviceSynchronizeOp {};
+
+// The host blocks until the most recent record of the event has completed.
+struct EventSynchronizeOp {
+  EventIndex event = 0;
+};
+
+// CPU time on the host thread (Python, hooks, optimizer bookkeeping).
+struct HostWorkOp {
+  int64_t duration_ns = 0;
+};
+
+// The caching allocator sees allocations on the host timeline; the block is associated
+// with `stream` (PyTorch's per-stream pools).
+struct AllocateOp {
+  TensorIndex tensor = 0;
+  int64_t bytes = 0;
+  StreamIndex stream = 0;
+};
+
+// Frees the tensor's block; stream-ordered on the stream it was allocated on.
+struct FreeOp {
+  TensorIndex tensor = 0;
+};
+
+using OpPayload = std::variant<KernelOp, CollectiveOp, MemcpyOp, EventRecordOp, StreamWaitEventOp,
+                               StreamSynchronizeOp, DeviceSynchronizeOp, EventSynchronizeOp,
+                               HostWorkOp, AllocateOp, FreeOp>;
+
+// The JSON "op" field of each payload alternative: "kernel", "collective", "memcpy",
+// "event_record", "stream_wait_event", "stream_synchronize", "device_synchronize",
+// "event_synchronize", "host_work", "allocate", "free".
+std::string_view OpKindName(const OpPayload& payload);
+
+struct OpTags {
+  NameIndex module = kNoName;  // e.g. "layers.3" (into Program::names)
+  Phase phase = Phase::kNone;
+  int32_t micro_batch = -1;    // -1: not tagged
+};
+
+struct Op {
+  int64_t id = 0;              // stable; unique within its program
+  NameIndex name = kNoName;    // display name, e.g. "gemm qkv" (into Program::names)
+  OpTags tags;
+  OpPayload payload;
+};
+
+struct StreamDecl {
+  std::string name;
+  int32_t priority = 0;  // CUDA convention: lower number = higher priority
+};
+
+struct Program {
+  std::string name;
+  std::vector<StreamDecl> streams;          // StreamIndex -> stream; index 0 is the default
+  std::vector<std::string> events;          // EventIndex -> name
+  std::vector<std::string> tensors;         // TensorIndex -> name
+  std::vector<std::string> comm_slots;      // CommSlot -> slot name
+  std::vector<std::string> names;           // NameIndex -> op names and module names
+  std::vector<Op> ops;
+
+  // Interns `s` into `names` (linear in the number of names; lowering keeps a map).
+  NameIndex InternName(std::string_view s);
+  std::string_view NameOf(NameIndex index) const {
+    return index < 0 ? std::string_view() : std::string_view(names[static_cast<size_t>(index)]);
+  }
+};
+
+struct Communicator {
+  std::string name;
+  std::vector<int32_t> ranks;  // global ranks, in NCCL rank order
+};
+
+struct RankBinding {
+  int32_t program = 0;                   // index into Schedule::programs
+  std::vector<int32_t> comm_binding;     // CommSlot -> index into Schedule::communicators
+};
+
+struct Schedule {
+  int version = kScheduleVersion;
+  std::vector<Communicator> communicators;
+  std::vector<Program> programs;
+  std::vector<RankBinding> ranks;        // index = global rank; size = world size
+  // Free-form context carried with the schedule, e.g. "cluster.preset", "cluster.nodes",
+  // "host.launch_overhead_ns", "plan". sim/ reads the keys it knows.
+  std::map<std::string, std::string> metadata;
+
+  int32_t world_size() const { return static_cast<int32_t>(ranks.size()); }
+  const Program& ProgramOf(int32_t rank) const {
+    return programs[static_cast<size_t>(ranks[static_cast<size_t>(rank)].program)];
+  }
+  // The global communicator index a rank's slot refers to.
+  int32_t CommunicatorOf(int32_t rank, CommSlot slot) const {
+    return ranks[static_cast<size_t>(rank)].comm_binding[static_cast<size_t>(slot)];
+  }
+  // Fills comm_binding of every rank for slots left unbound, by name. Fails if a slot
+  // names no communicator.
+  Status ResolveBindings();
+};
+
+// Checks what the simulator and runtime rely on, naming the rank, op id and reason:
+// unknown stream/event/tensor/communicator indices, waits on events never recorded before
+// in program order, negative sizes or durations, collectives on a communicator that does
+// not contain the rank, send/recv peers outside the communicator, frees of tensors not
+// allocated (or already freed), duplicate op ids, communicator ranks out of range.
+Status ValidateSchedule(const Schedule& schedule);
+
+}  // namespace shardscope::traces
+
+#endif  // SHARDSCOPE_TRACES_SCHEDULE_H_

@@ -1,0 +1,114 @@
+// Names of the schedule's enums, name interning and communicator binding.
+#include "shardscope/traces/schedule.h"
+
+#include <array>
+#include <fmt/format.h>
+
+namespace shardscope::traces {
+namespace {
+
+struct DTypeEntry {
+  DType dtype;
+  std::string_view name;
+  std::string_view alias;
+  int64_t size;
+};
+constexpr std::array<DTypeEntry, 10> kDTypes = {{
+    {DType::kFloat32, "fp32", "float32", 4},
+    {DType::kTFloat32, "tf32", "tfloat32", 4},
+    {DType::kBFloat16, "bf16", "bfloat16", 2},
+    {DType::kFloat16, "fp16", "float16", 2},
+    {DType::kFloat8E4M3, "fp8_e4m3", "float8_e4m3fn", 1},
+    {DType::kFloat8E5M2, "fp8_e5m2", "float8_e5m2", 1},
+    {DType::kInt8, "int8", "int8", 1},
+    {DType::kInt32, "int32", "int32", 4},
+    {DType::kInt64, "int64", "int64", 8},
+    {DType::kFloat64, "fp64", "float64", 8},
+}};
+
+constexpr std::array<std::string_view, 8> kCollectiveNames = {
+    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce", "all_to_all", "send", "recv"};
+constexpr std::array<std::string_view, 3> kMemcpyNames = {"h2d", "d2h", "d2d"};
+constexpr std::array<std::string_view, 5> kPhaseNames = {"", "forward", "backward", "optimizer", "checkpoint"};
+constexpr std::array<std::string_view, 11> kOpKindNames = {
+    "kernel", "collective", "memcpy", "event_record", "stream_wait_event", "stream_synchronize",
+    "device_synchronize", "event_synchronize", "host_work", "allocate", "free"};
+static_assert(kOpKindNames.size() == std::variant_size_v<OpPayload>);
+
+template <typename Enum, size_t N>
+std::optional<Enum> ParseByName(const std::array<std::string_view, N>& names, std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<Enum>(i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int64_t DTypeSize(DType dtype) { return kDTypes[static_cast<size_t>(dtype)].size; }
+std::string_view DTypeName(DType dtype) { return kDTypes[static_cast<size_t>(dtype)].name; }
+std::optional<DType> ParseDType(std::string_view name) {
+  for (const DTypeEntry& entry : kDTypes) {
+    if (entry.name == name || entry.alias == name) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string_view CollectiveTypeName(CollectiveType type) {
+  return kCollectiveNames[static_cast<size_t>(type)];
+}
+std::optional<CollectiveType> ParseCollectiveType(std::string_view name) {
+  return ParseByName<CollectiveType>(kCollectiveNames, name);
+}
+std::string_view MemcpyKindName(MemcpyKind kind) { return kMemcpyNames[static_cast<size_t>(kind)]; }
+std::optional<MemcpyKind> ParseMemcpyKind(std::string_view name) {
+  return ParseByName<MemcpyKind>(kMemcpyNames, name);
+}
+std::string_view PhaseName(Phase phase) { return kPhaseNames[static_cast<size_t>(phase)]; }
+std::optional<Phase> ParsePhase(std::string_view name) {
+  return ParseByName<Phase>(kPhaseNames, name);
+}
+std::string_view OpKindName(const OpPayload& payload) { return kOpKindNames[payload.index()]; }
+
+NameIndex Program::InternName(std::string_view s) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == s) return static_cast<NameIndex>(i);
+  }
+  names.emplace_back(s);
+  return static_cast<NameIndex>(names.size() - 1);
+}
+
+Status Schedule::ResolveBindings() {
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    RankBinding& binding = ranks[rank];
+    if (binding.program < 0 || static_cast<size_t>(binding.program) >= programs.size()) {
+      return Status::InvalidInput(fmt::format("rank {}: program index {} out of range (have {})",
+                                              rank, binding.program, programs.size()));
+    }
+    const Program& program = programs[static_cast<size_t>(binding.program)];
+    if (binding.comm_binding.size() > program.comm_slots.size()) {
+      return Status::InvalidInput(fmt::format(
+          "rank {}: binds {} communicator slots but program '{}' declares {}", rank,
+          binding.comm_binding.size(), program.name, program.comm_slots.size()));
+    }
+    binding.comm_binding.resize(program.comm_slots.size(), -1);
+    for (size_t slot = 0; slot < program.comm_slots.size(); ++slot) {
+      if (binding.comm_binding[slot] >= 0) continue;
+      for (size_t c = 0; c < communicators.size(); ++c) {
+        if (communicators[c].name == program.comm_slots[slot]) {
+          binding.comm_binding[slot] = static_cast<int32_t>(c);
+          break;
+        }
+      }
+      if (binding.comm_binding[slot] < 0) {
+        return Status::InvalidInput(fmt::format(
+            "rank {}: communicator slot '{}' of program '{}' is bound to no communicator "
+            "(declare a communicator of that name or bind the slot)",
+            rank, program.comm_slots[slot], program.name));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardscope::traces
