@@ -1,0 +1,143 @@
+// The discrete-event engine: executes a schedule on simulated GPUs.
+//
+// Per rank it models the host thread, FIFO CUDA streams, events, and collectives with
+// rendezvous. Time is int64 nanoseconds; events are ordered by (time, sequence number), so
+// the same input gives the same output bit for bit.
+//
+// Semantics (../docs/ARCHITECTURE.md has the long form):
+// - The host walks its program in order and runs ahead of the GPU: a launch (kernel,
+//   collective, memcpy) costs `launch_overhead_ns` of host time and enqueues the work on its
+//   stream, ready when the launch returns. The host blocks only on stream / device / event
+//   synchronization.
+// - A stream runs its items in FIFO order; streams of one GPU run concurrently. Compute
+//   kernels running concurrently on one GPU share it fairly (each runs at 1/n speed): a
+//   roofline-costed kernel is assumed to saturate the resource it is bound by.
+// - An event wait blocks its stream until the record it captured (the most recent record
+//   issued before the wait, in program order) has executed.
+// - A collective starts on its members only when every member has reached it at the head
+//   of its stream (rendezvous); collectives of one communicator are serialized on each
+//   member whatever stream they are issued on (NCCL orders all work of a communicator).
+// - Contention: while a collective runs on a GPU, compute kernels there run at
+//   1/(1+compute_slowdown); a collective runs at 1/(1+comm_slowdown) while any member GPU
+//   runs compute. Rates change mid-kernel; remaining work is carried over (SimGrid-style
+//   resource sharing).
+//
+// Resource models follow SimGrid: each activity knows its remaining work and rate; the
+// engine keeps the next completion of every activity in one queue and advances to the
+// minimum. A rate change re-queues the activity and invalidates its old completion.
+#ifndef SHARDSCOPE_SIM_ENGINE_H_
+#define SHARDSCOPE_SIM_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardscope/sim/nccl_model.h"
+#include "shardscope/traces/schedule.h"
+#include "shardscope/traces/status.h"
+
+namespace shardscope::sim {
+
+// What the engine asks about durations. Implementations must be deterministic.
+class CostProvider {
+ public:
+  virtual ~CostProvider() = default;
+  virtual int64_t KernelNs(const traces::ComputeDesc& desc) const = 0;
+  virtual int64_t MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const = 0;
+  // `communicator` is an index into Schedule::communicators.
+  virtual CollectiveCost Collective(traces::CollectiveType type, int64_t bytes,
+                                    int32_t communicator) const = 0;
+};
+
+enum class ComputeSharing : uint8_t {
+  kFairShare,    // n concurrent compute kernels on a GPU each run at 1/n speed (default)
+  kIndependent,  // concurrent compute kernels do not slow each other
+};
+
+struct EngineConfig {
+  int64_t launch_overhead_ns = 0;   // host time per kernel / collective / memcpy launch
+  double compute_slowdown = 0;      // see the header comment
+  double comm_slowdown = 0;
+  ComputeSharing compute_sharing = ComputeSharing::kFairShare;
+};
+
+// What the host thread spent a span of time on.
+enum class HostSpanKind : uint8_t { kLaunch, kApiCall, kSynchronize, kHostWork };
+
+struct HostSpan {
+  int32_t rank = 0;
+  int32_t op_index = 0;       // into the rank's Program::ops
+  HostSpanKind kind = HostSpanKind::kLaunch;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t correlation = -1;   // launch -> device span link (unique per rank)
+};
+
+// A collective as it ran.
+struct CollectiveRun {
+  int32_t communicator = 0;   // index into Schedule::communicators
+  int64_t seq = 0;            // per-communicator sequence number, from 0
+  CollectiveCost cost;        // at full speed (before contention)
+};
+
+struct DeviceSpan {
+  int32_t rank = 0;
+  int32_t stream = 0;
+  int32_t op_index = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t correlation = -1;
+  const CollectiveRun* collective = nullptr;  // set for collectives
+};
+
+// Receives spans as they complete (not sorted). Only ranks for which WantsRank() is true.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual bool WantsRank(int32_t rank) const = 0;
+  virtual void OnHostSpan(const HostSpan& span) = 0;
+  virtual void OnDeviceSpan(const DeviceSpan& span) = 0;
+};
+
+struct StreamStats {
+  int64_t busy_ns = 0;        // sum of op durations on the stream (kernels, collectives, copies)
+  int64_t ops = 0;
+};
+
+struct RankStats {
+  int64_t end_ns = 0;                 // when the rank's last host op or device op finished
+  int64_t compute_ns = 0;             // time with >= 1 compute kernel running
+  int64_t comm_ns = 0;                // time with >= 1 collective running
+  int64_t overlap_ns = 0;             // time with both (HTA: comm ∩ compute)
+  int64_t host_blocked_ns = 0;        // host waiting in synchronizations
+  int64_t host_busy_ns = 0;           // launches, API calls and host work
+  std::vector<StreamStats> streams;   // per StreamIndex
+  uint64_t timeline_hash = 0;         // equal for ranks whose timelines are identical
+  bool finished = false;
+};
+
+// Why a rank could not finish (the hang report of a later issue builds on this).
+struct BlockedRank {
+  int32_t rank = 0;
+  std::string host;                   // what the host is blocked on, or "finished"
+  std::vector<std::string> streams;   // per stream with pending work: its head op
+};
+
+struct SimulationResult {
+  int64_t makespan_ns = 0;            // max over ranks of end_ns
+  std::vector<RankStats> ranks;
+  bool hung = false;
+  std::vector<BlockedRank> blocked;   // non-empty when hung
+  int64_t ops_executed = 0;           // host ops retired over all ranks
+  int64_t events_processed = 0;
+};
+
+// Runs the whole schedule. The schedule must have passed ValidateSchedule. `observer` may
+// be null.
+StatusOr<SimulationResult> Simulate(const traces::Schedule& schedule, const CostProvider& costs,
+                                    const EngineConfig& config, EngineObserver* observer);
+
+}  // namespace shardscope::sim
+
+#endif  // SHARDSCOPE_SIM_ENGINE_H_

@@ -1,0 +1,793 @@
+// The discrete-event engine (see engine.h for the semantics).
+//
+// State per rank: the host thread (program counter, clock, what it waits for), one FIFO
+// queue per stream, event records, per-communicator serialization counters, and the set
+// of activities running on the GPU. Activities (kernels, collectives, copies) carry their
+// remaining work and rate; every rate change re-queues the activity's completion with a
+// new version, and stale completions are skipped when popped.
+//
+// The host runs ahead without yielding until it reaches an op that observes device state
+// (a synchronization); it yields until the global clock reaches its own clock, so every
+// observation happens at the right simulated time.
+#include "shardscope/sim/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <queue>
+#include <unordered_map>
+#include <variant>
+
+#include <fmt/format.h>
+
+namespace shardscope::sim {
+namespace {
+
+using traces::CollectiveOp;
+using traces::CollectiveType;
+using traces::Op;
+using traces::Program;
+
+// A device work item waiting in a stream's FIFO.
+struct QueueItem {
+  int32_t op_index = 0;
+  // EventRecord: record index. StreamWaitEvent: captured record (-1: none).
+  // Collective: per-(rank, communicator) serialization index.
+  int64_t aux = 0;
+  int64_t ready_ns = 0;        // when its launch returned on the host
+  int64_t correlation = -1;
+};
+
+struct StreamState {
+  std::deque<QueueItem> queue;
+  int32_t running_activity = -1;
+  int64_t waiting_record = -1;    // head is a wait on this record
+  bool at_rendezvous = false;     // head is a collective that arrived (waiting for peers) or runs
+  bool waiting_turn = false;      // head is a collective behind an earlier op of its communicator
+  int64_t wake_at = -1;           // a StreamWake is queued for this time
+  bool Idle() const { return queue.empty() && running_activity < 0; }
+};
+
+enum class HostWait : uint8_t { kNone, kResumeScheduled, kStream, kDevice, kRecord, kDone };
+
+struct HostState {
+  int32_t pc = 0;
+  int64_t clock = 0;
+  HostWait wait = HostWait::kNone;
+  int64_t wait_target = 0;        // stream index or record index
+  int64_t wait_start = 0;
+};
+
+// Per (rank, communicator): NCCL serializes a communicator's work on each member.
+struct CommLane {
+  int64_t issued = 0;             // collectives + p2p issued by the host so far
+  int64_t completed = 0;          // ... and completed on the device
+};
+
+struct RankState {
+  const Program* program = nullptr;
+  int32_t rank = 0;
+  HostState host;
+  std::vector<StreamState> streams;
+  std::vector<int64_t> event_last_record;  // per EventIndex: most recent record, -1 none
+  std::vector<int64_t> record_done;        // per record: completion time, -1 pending
+  std::vector<int32_t> lane_of_slot;       // CommSlot -> index into lanes
+  std::vector<int32_t> comm_of_slot;       // CommSlot -> global communicator
+  std::vector<CommLane> lanes;
+  std::vector<int32_t> active_compute;     // running compute activities
+  std::vector<int32_t> active_comm;        // running collective activities
+  int64_t last_change_ns = 0;              // for integrating compute/comm/overlap time
+  int64_t next_correlation = 0;
+  RankStats stats;
+  bool want_trace = false;
+};
+
+struct Participant {
+  int32_t rank = 0;
+  int32_t stream = 0;
+  int32_t op_index = 0;
+  int64_t correlation = -1;
+};
+
+enum class ActivityKind : uint8_t { kCompute, kComm, kCopy };
+
+struct Activity {
+  ActivityKind kind = ActivityKind::kCompute;
+  bool live = false;
+  uint32_t version = 0;
+  double remaining = 0;         // ns of work at rate 1
+  double rate = 1;
+  int64_t last_update = 0;
+  int64_t start_ns = 0;
+  std::vector<Participant> members;  // one for compute / copy; every member for a collective
+  int32_t members_computing = 0;     // collectives: members with compute running
+  CollectiveRun run;
+};
+
+// A collective being gathered on one communicator: every member must arrive.
+struct Rendezvous {
+  int64_t seq = 0;                   // the next collective sequence number of the communicator
+  std::vector<Participant> arrived;
+  const CollectiveOp* first = nullptr;
+  bool mismatch = false;
+};
+
+// Point-to-point pairs, keyed by (communicator, sender, receiver).
+struct P2pKey {
+  int32_t comm, src, dst;
+  bool operator==(const P2pKey&) const = default;
+};
+struct P2pKeyHash {
+  size_t operator()(const P2pKey& k) const {
+    return (static_cast<size_t>(k.comm) * 1000003u + static_cast<size_t>(k.src)) * 1000033u +
+           static_cast<size_t>(k.dst);
+  }
+};
+struct P2pPending {
+  bool has_send = false, has_recv = false;
+  Participant send, recv;
+};
+
+struct HostResume { int32_t rank; };
+struct StreamWake { int32_t rank; int32_t stream; };
+struct ActivityDone { int32_t activity; uint32_t version; };
+using EventPayload = std::variant<HostResume, StreamWake, ActivityDone>;
+
+struct ScheduledEvent {
+  int64_t time;
+  uint64_t seq;
+  EventPayload payload;
+  bool operator>(const ScheduledEvent& other) const {
+    return time != other.time ? time > other.time : seq > other.seq;
+  }
+};
+
+uint64_t HashCombine(uint64_t h, uint64_t v) {
+  // splitmix64-style mixing: cheap, and good enough to tell timelines apart.
+  v += 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  v = (v ^ (v >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (v ^ (v >> 31));
+}
+
+class Engine {
+ public:
+  Engine(const traces::Schedule& schedule, const CostProvider& costs, const EngineConfig& config,
+         EngineObserver* observer)
+      : schedule_(schedule), costs_(costs), config_(config), observer_(observer) {}
+
+  StatusOr<SimulationResult> Run();
+
+ private:
+  void Push(int64_t time, EventPayload payload) {
+    events_.push(ScheduledEvent{time, next_seq_++, payload});
+  }
+  const Op& OpOf(const RankState& r, int32_t op_index) const {
+    return r.program->ops[static_cast<size_t>(op_index)];
+  }
+
+  void RunHost(RankState& r);
+  void Enqueue(RankState& r, int32_t stream, QueueItem item);
+  void ScheduleStreamWake(RankState& r, int32_t stream, int64_t time);
+  void AdvanceStream(RankState& r, int32_t stream);
+  void OnRecordDone(RankState& r, int64_t record);
+  void OnStreamIdle(RankState& r, int32_t stream);
+  void WakeNextOnLane(RankState& r, const CommLane* lane);
+  void UnblockHost(RankState& r);
+  void ArriveCollective(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
+  void ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
+  void StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
+                       int64_t seq);
+  void StartCompute(RankState& r, int32_t stream, const QueueItem& item, int64_t work_ns,
+                    ActivityKind kind);
+  void FinishActivity(int32_t id);
+
+  int32_t NewActivity();
+  void SetRate(int32_t id, double rate);
+  void Integrate(RankState& r);
+  double ComputeRate(const RankState& r) const;
+  double CommRate(const Activity& a) const;
+  void RefreshComputeRates(RankState& r);
+  void OnComputeCountChanged(RankState& r, int32_t before);
+  void OnCommCountChanged(RankState& r, int32_t before);
+
+  void EmitHost(RankState& r, int32_t op_index, HostSpanKind kind, int64_t start, int64_t end,
+                int64_t correlation);
+  void EmitDevice(RankState& r, const Participant& p, int64_t start, int64_t end,
+                  const CollectiveRun* run);
+  std::string DescribeOp(const RankState& r, int32_t op_index) const;
+  BlockedRank DescribeBlocked(const RankState& r) const;
+
+  const traces::Schedule& schedule_;
+  const CostProvider& costs_;
+  const EngineConfig& config_;
+  EngineObserver* observer_;
+
+  int64_t now_ = 0;
+  uint64_t next_seq_ = 0;
+  std::priority_queue<ScheduledEvent, std::vector<ScheduledEvent>, std::greater<>> events_;
+  std::vector<RankState> ranks_;
+  std::vector<Activity> activities_;
+  std::vector<int32_t> free_activities_;
+  std::vector<Rendezvous> rendezvous_;      // per communicator
+  std::unordered_map<P2pKey, P2pPending, P2pKeyHash> p2p_;
+  std::unordered_map<uint64_t, CollectiveCost> cost_cache_;
+  int64_t ops_executed_ = 0;
+  int64_t events_processed_ = 0;
+};
+
+StatusOr<SimulationResult> Engine::Run() {
+  const int32_t world = schedule_.world_size();
+  ranks_.resize(static_cast<size_t>(world));
+  rendezvous_.resize(schedule_.communicators.size());
+  for (int32_t rank = 0; rank < world; ++rank) {
+    RankState& r = ranks_[static_cast<size_t>(rank)];
+    const traces::RankBinding& binding = schedule_.ranks[static_cast<size_t>(rank)];
+    r.rank = rank;
+    r.program = &schedule_.ProgramOf(rank);
+    r.streams.resize(r.program->streams.size());
+    r.stats.streams.resize(r.program->streams.size());
+    r.event_last_record.assign(r.program->events.size(), -1);
+    r.comm_of_slot = binding.comm_binding;
+    if (r.comm_of_slot.size() != r.program->comm_slots.size()) {
+      return Status::Internal(fmt::format("rank {}: communicator slots are not bound", rank));
+    }
+    // Two slots bound to one communicator share its serialization lane.
+    for (size_t slot = 0; slot < r.comm_of_slot.size(); ++slot) {
+      int32_t lane = -1;
+      for (size_t earlier = 0; earlier < slot; ++earlier) {
+        if (r.comm_of_slot[earlier] == r.comm_of_slot[slot]) lane = r.lane_of_slot[earlier];
+      }
+      if (lane < 0) {
+        lane = static_cast<int32_t>(r.lanes.size());
+        r.lanes.emplace_back();
+      }
+      r.lane_of_slot.push_back(lane);
+    }
+    r.want_trace = observer_ != nullptr && observer_->WantsRank(rank);
+    Push(0, HostResume{rank});
+    r.host.wait = HostWait::kResumeScheduled;
+  }
+
+  while (!events_.empty()) {
+    ScheduledEvent ev = events_.top();
+    events_.pop();
+    if (ev.time < now_) {
+      return Status::Internal(fmt::format("event at {} ns is before the clock ({} ns)", ev.time, now_));
+    }
+    now_ = ev.time;
+    ++events_processed_;
+    if (const auto* resume = std::get_if<HostResume>(&ev.payload)) {
+      RankState& r = ranks_[static_cast<size_t>(resume->rank)];
+      r.host.wait = HostWait::kNone;
+      RunHost(r);
+    } else if (const auto* wake = std::get_if<StreamWake>(&ev.payload)) {
+      RankState& r = ranks_[static_cast<size_t>(wake->rank)];
+      StreamState& s = r.streams[static_cast<size_t>(wake->stream)];
+      if (s.wake_at == now_) s.wake_at = -1;
+      AdvanceStream(r, wake->stream);
+    } else {
+      const auto& done = std::get<ActivityDone>(ev.payload);
+      const Activity& a = activities_[static_cast<size_t>(done.activity)];
+      if (a.live && a.version == done.version) FinishActivity(done.activity);
+    }
+  }
+
+  SimulationResult result;
+  result.ops_executed = ops_executed_;
+  result.events_processed = events_processed_;
+  result.ranks.reserve(ranks_.size());
+  for (RankState& r : ranks_) {
+    bool streams_idle = std::all_of(r.streams.begin(), r.streams.end(),
+                                    [](const StreamState& s) { return s.Idle(); });
+    r.stats.finished = r.host.wait == HostWait::kDone && streams_idle;
+    if (!r.stats.finished) {
+      result.hung = true;
+      result.blocked.push_back(DescribeBlocked(r));
+    }
+    result.makespan_ns = std::max(result.makespan_ns, r.stats.end_ns);
+    result.ranks.push_back(std::move(r.stats));
+  }
+  return result;
+}
+
+// ---- Host thread
+
+void Engine::RunHost(RankState& r) {
+  HostState& host = r.host;
+  host.clock = std::max(host.clock, now_);
+  const std::vector<Op>& ops = r.program->ops;
+  while (static_cast<size_t>(host.pc) < ops.size()) {
+    const int32_t pc = host.pc;
+    const Op& op = ops[static_cast<size_t>(pc)];
+    const int64_t t = host.clock;
+    bool yielded = false;
+    std::visit(
+        [&](const auto& payload) {
+          using T = std::decay_t<decltype(payload)>;
+          if constexpr (std::is_same_v<T, traces::KernelOp> ||
+                        std::is_same_v<T, traces::MemcpyOp> ||
+                        std::is_same_v<T, traces::CollectiveOp>) {
+            const int64_t end = t + config_.launch_overhead_ns;
+            QueueItem item{pc, 0, end, r.next_correlation++};
+            if constexpr (std::is_same_v<T, traces::CollectiveOp>) {
+              CommLane& lane = r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(payload.comm)])];
+              item.aux = lane.issued++;
+            }
+            EmitHost(r, pc, HostSpanKind::kLaunch, t, end, item.correlation);
+            host.clock = end;
+            Enqueue(r, payload.stream, item);
+          } else if constexpr (std::is_same_v<T, traces::EventRecordOp>) {
+            const int64_t record = static_cast<int64_t>(r.record_done.size());
+            r.record_done.push_back(-1);
+            r.event_last_record[static_cast<size_t>(payload.event)] = record;
+            EmitHost(r, pc, HostSpanKind::kApiCall, t, t, -1);
+            Enqueue(r, payload.stream, QueueItem{pc, record, t, -1});
+          } else if constexpr (std::is_same_v<T, traces::StreamWaitEventOp>) {
+            const int64_t record = r.event_last_record[static_cast<size_t>(payload.event)];
+            EmitHost(r, pc, HostSpanKind::kApiCall, t, t, -1);
+            // CUDA: waiting on an event that was never recorded completes at once.
+            if (record >= 0) Enqueue(r, payload.stream, QueueItem{pc, record, t, -1});
+          } else if constexpr (std::is_same_v<T, traces::HostWorkOp>) {
+            EmitHost(r, pc, HostSpanKind::kHostWork, t, t + payload.duration_ns, -1);
+            host.clock = t + payload.duration_ns;
+          } else if constexpr (std::is_same_v<T, traces::StreamSynchronizeOp> ||
+                               std::is_same_v<T, traces::DeviceSynchronizeOp> ||
+                               std::is_same_v<T, traces::EventSynchronizeOp>) {
+            if (t > now_) {
+              // Observing the device: let the global clock catch up with the host first.
+              host.wait = HostWait::kResumeScheduled;
+              Push(t, HostResume{r.rank});
+              yielded = true;
+              return;
+            }
+            bool satisfied = false;
+            if constexpr (std::is_same_v<T, traces::StreamSynchronizeOp>) {
+              satisfied = r.streams[static_cast<size_t>(payload.stream)].Idle();
+              host.wait = HostWait::kStream;
+              host.wait_target = payload.stream;
+            } else if constexpr (std::is_same_v<T, traces::DeviceSynchronizeOp>) {
+              satisfied = std::all_of(r.streams.begin(), r.streams.end(),
+                                      [](const StreamState& s) { return s.Idle(); });
+              host.wait = HostWait::kDevice;
+            } else {
+              const int64_t record = r.event_last_record[static_cast<size_t>(payload.event)];
+              satisfied = record < 0 || r.record_done[static_cast<size_t>(record)] >= 0;
+              host.wait = HostWait::kRecord;
+              host.wait_target = record;
+            }
+            if (satisfied) {
+              host.wait = HostWait::kNone;
+              EmitHost(r, pc, HostSpanKind::kSynchronize, t, t, -1);
+            } else {
+              host.wait_start = t;
+              yielded = true;
+            }
+          } else {
+            // Allocate / Free: the caching-allocator model (a later issue) hooks in here.
+            static_assert(std::is_same_v<T, traces::AllocateOp> || std::is_same_v<T, traces::FreeOp>);
+          }
+        },
+        op.payload);
+    if (yielded) return;
+    ++host.pc;
+    ++ops_executed_;
+  }
+  host.wait = HostWait::kDone;
+  r.stats.end_ns = std::max(r.stats.end_ns, host.clock);
+}
+
+void Engine::UnblockHost(RankState& r) {
+  HostState& host = r.host;
+  r.stats.host_blocked_ns += now_ - host.wait_start;
+  EmitHost(r, host.pc, HostSpanKind::kSynchronize, host.wait_start, now_, -1);
+  ++host.pc;
+  ++ops_executed_;
+  host.clock = now_;
+  host.wait = HostWait::kResumeScheduled;
+  Push(now_, HostResume{r.rank});
+}
+
+// ---- Streams
+
+void Engine::Enqueue(RankState& r, int32_t stream, QueueItem item) {
+  StreamState& s = r.streams[static_cast<size_t>(stream)];
+  const bool was_empty = s.queue.empty();
+  s.queue.push_back(item);
+  if (was_empty && s.running_activity < 0) ScheduleStreamWake(r, stream, item.ready_ns);
+}
+
+void Engine::ScheduleStreamWake(RankState& r, int32_t stream, int64_t time) {
+  StreamState& s = r.streams[static_cast<size_t>(stream)];
+  if (s.wake_at == time) return;
+  s.wake_at = time;
+  Push(time, StreamWake{r.rank, stream});
+}
+
+void Engine::AdvanceStream(RankState& r, int32_t stream) {
+  StreamState& s = r.streams[static_cast<size_t>(stream)];
+  while (true) {
+    if (s.running_activity >= 0 || s.at_rendezvous || s.waiting_turn || s.waiting_record >= 0) return;
+    if (s.queue.empty()) {
+      OnStreamIdle(r, stream);
+      return;
+    }
+    const QueueItem item = s.queue.front();
+    if (item.ready_ns > now_) {
+      ScheduleStreamWake(r, stream, item.ready_ns);
+      return;
+    }
+    const Op& op = OpOf(r, item.op_index);
+    if (const auto* kernel = std::get_if<traces::KernelOp>(&op.payload)) {
+      StartCompute(r, stream, item, costs_.KernelNs(kernel->compute), ActivityKind::kCompute);
+      return;
+    }
+    if (const auto* copy = std::get_if<traces::MemcpyOp>(&op.payload)) {
+      StartCompute(r, stream, item, costs_.MemcpyNs(copy->kind, copy->bytes), ActivityKind::kCopy);
+      return;
+    }
+    if (const auto* coll = std::get_if<traces::CollectiveOp>(&op.payload)) {
+      CommLane& lane = r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll->comm)])];
+      if (lane.completed == item.aux) {
+        s.at_rendezvous = true;
+        if (coll->type == CollectiveType::kSend || coll->type == CollectiveType::kRecv) {
+          ArriveP2p(r, stream, item, *coll);
+        } else {
+          ArriveCollective(r, stream, item, *coll);
+        }
+      } else {
+        s.waiting_turn = true;  // an earlier op of this communicator has not finished
+      }
+      return;
+    }
+    if (std::holds_alternative<traces::EventRecordOp>(op.payload)) {
+      s.queue.pop_front();
+      r.record_done[static_cast<size_t>(item.aux)] = now_;
+      OnRecordDone(r, item.aux);
+      continue;
+    }
+    if (std::holds_alternative<traces::StreamWaitEventOp>(op.payload)) {
+      if (r.record_done[static_cast<size_t>(item.aux)] >= 0) {
+        s.queue.pop_front();
+        continue;
+      }
+      s.waiting_record = item.aux;
+      return;
+    }
+    // Nothing else is ever enqueued.
+    s.queue.pop_front();
+  }
+}
+
+void Engine::OnRecordDone(RankState& r, int64_t record) {
+  for (size_t i = 0; i < r.streams.size(); ++i) {
+    StreamState& other = r.streams[i];
+    if (other.waiting_record == record) {
+      other.waiting_record = -1;
+      other.queue.pop_front();
+      AdvanceStream(r, static_cast<int32_t>(i));
+    }
+  }
+  if (r.host.wait == HostWait::kRecord && r.host.wait_target == record) UnblockHost(r);
+}
+
+void Engine::OnStreamIdle(RankState& r, int32_t stream) {
+  HostState& host = r.host;
+  if (host.wait == HostWait::kStream && host.wait_target == stream) {
+    UnblockHost(r);
+  } else if (host.wait == HostWait::kDevice &&
+             std::all_of(r.streams.begin(), r.streams.end(),
+                         [](const StreamState& s) { return s.Idle(); })) {
+    UnblockHost(r);
+  }
+}
+
+// ---- Collectives
+
+// A lane finished an op: the stream whose head is the lane's next op may now arrive.
+void Engine::WakeNextOnLane(RankState& r, const CommLane* lane) {
+  for (size_t i = 0; i < r.streams.size(); ++i) {
+    StreamState& s = r.streams[i];
+    if (!s.waiting_turn) continue;
+    const QueueItem& head = s.queue.front();
+    const auto& coll = std::get<CollectiveOp>(OpOf(r, head.op_index).payload);
+    if (&r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll.comm)])] != lane) continue;
+    if (head.aux != lane->completed) continue;
+    s.waiting_turn = false;
+    AdvanceStream(r, static_cast<int32_t>(i));
+    return;
+  }
+}
+
+void Engine::ArriveCollective(RankState& r, int32_t stream, const QueueItem& item,
+                              const CollectiveOp& op) {
+  const int32_t comm = r.comm_of_slot[static_cast<size_t>(op.comm)];
+  Rendezvous& rv = rendezvous_[static_cast<size_t>(comm)];
+  if (rv.arrived.empty()) {
+    rv.first = &op;
+  } else if (op.type != rv.first->type || op.bytes != rv.first->bytes || op.dtype != rv.first->dtype) {
+    rv.mismatch = true;  // NCCL would hang or corrupt memory: never start it
+  }
+  rv.arrived.push_back(Participant{r.rank, stream, item.op_index, item.correlation});
+  const auto& members = schedule_.communicators[static_cast<size_t>(comm)].ranks;
+  if (rv.arrived.size() < members.size() || rv.mismatch) return;
+  std::vector<Participant> participants = std::move(rv.arrived);
+  rv.arrived.clear();
+  const CollectiveOp& first = *rv.first;
+  rv.first = nullptr;
+  StartCollective(comm, std::move(participants), first, rv.seq++);
+}
+
+void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op) {
+  const int32_t comm = r.comm_of_slot[static_cast<size_t>(op.comm)];
+  const bool is_send = op.type == CollectiveType::kSend;
+  P2pKey key{comm, is_send ? r.rank : op.peer, is_send ? op.peer : r.rank};
+  P2pPending& pending = p2p_[key];
+  Participant me{r.rank, stream, item.op_index, item.correlation};
+  if (is_send) {
+    pending.has_send = true;
+    pending.send = me;
+  } else {
+    pending.has_recv = true;
+    pending.recv = me;
+  }
+  if (!pending.has_send || !pending.has_recv) return;
+  std::vector<Participant> members = {pending.send, pending.recv};
+  const int32_t send_rank = pending.send.rank;
+  const CollectiveOp& send_op = std::get<CollectiveOp>(
+      OpOf(ranks_[static_cast<size_t>(send_rank)], pending.send.op_index).payload);
+  const int64_t seq = ranks_[static_cast<size_t>(send_rank)]
+                          .lanes[static_cast<size_t>(ranks_[static_cast<size_t>(send_rank)]
+                                                         .lane_of_slot[static_cast<size_t>(send_op.comm)])]
+                          .completed;
+  p2p_.erase(key);
+  StartCollective(comm, std::move(members), send_op, seq);
+}
+
+void Engine::StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
+                             int64_t seq) {
+  const uint64_t key = (static_cast<uint64_t>(comm) << 48) ^ (static_cast<uint64_t>(op.type) << 40) ^
+                       static_cast<uint64_t>(op.bytes);
+  auto cached = cost_cache_.find(key);
+  if (cached == cost_cache_.end()) {
+    cached = cost_cache_.emplace(key, costs_.Collective(op.type, op.bytes, comm)).first;
+  }
+  const int32_t id = NewActivity();
+  Activity& a = activities_[static_cast<size_t>(id)];
+  a.kind = ActivityKind::kComm;
+  a.remaining = static_cast<double>(cached->second.duration_ns);
+  a.start_ns = now_;
+  a.last_update = now_;
+  a.members = std::move(members);
+  a.run = CollectiveRun{comm, seq, cached->second};
+  a.members_computing = 0;
+  for (const Participant& p : a.members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    r.streams[static_cast<size_t>(p.stream)].running_activity = id;
+    if (!r.active_compute.empty()) ++a.members_computing;
+  }
+  a.rate = 0;  // forces SetRate to queue the completion
+  SetRate(id, CommRate(a));
+  for (const Participant& p : activities_[static_cast<size_t>(id)].members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    Integrate(r);
+    const int32_t before = static_cast<int32_t>(r.active_comm.size());
+    r.active_comm.push_back(id);
+    OnCommCountChanged(r, before);
+  }
+}
+
+// ---- Compute and copies
+
+void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, int64_t work_ns,
+                          ActivityKind kind) {
+  const int32_t id = NewActivity();
+  Activity& a = activities_[static_cast<size_t>(id)];
+  a.kind = kind;
+  a.remaining = static_cast<double>(work_ns);
+  a.start_ns = now_;
+  a.last_update = now_;
+  a.members.assign(1, Participant{r.rank, stream, item.op_index, item.correlation});
+  r.streams[static_cast<size_t>(stream)].running_activity = id;
+  a.rate = 0;
+  if (kind == ActivityKind::kCopy) {
+    SetRate(id, 1.0);  // copy engines: no contention modelled
+    return;
+  }
+  Integrate(r);
+  const int32_t before = static_cast<int32_t>(r.active_compute.size());
+  r.active_compute.push_back(id);
+  OnComputeCountChanged(r, before);
+  SetRate(id, ComputeRate(r));
+}
+
+void Engine::FinishActivity(int32_t id) {
+  Activity& a = activities_[static_cast<size_t>(id)];
+  a.live = false;
+  free_activities_.push_back(id);
+  const std::vector<Participant> members = std::move(a.members);
+  a.members.clear();
+  const ActivityKind kind = a.kind;
+  const int64_t start = a.start_ns;
+  const CollectiveRun run = a.run;
+  for (const Participant& p : members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    if (kind == ActivityKind::kCompute) {
+      Integrate(r);
+      const int32_t before = static_cast<int32_t>(r.active_compute.size());
+      r.active_compute.erase(std::find(r.active_compute.begin(), r.active_compute.end(), id));
+      OnComputeCountChanged(r, before);
+    } else if (kind == ActivityKind::kComm) {
+      Integrate(r);
+      const int32_t before = static_cast<int32_t>(r.active_comm.size());
+      r.active_comm.erase(std::find(r.active_comm.begin(), r.active_comm.end(), id));
+      OnCommCountChanged(r, before);
+    }
+  }
+  for (const Participant& p : members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    StreamState& s = r.streams[static_cast<size_t>(p.stream)];
+    s.running_activity = -1;
+    s.at_rendezvous = false;
+    s.queue.pop_front();
+    StreamStats& stats = r.stats.streams[static_cast<size_t>(p.stream)];
+    stats.busy_ns += now_ - start;
+    ++stats.ops;
+    r.stats.end_ns = std::max(r.stats.end_ns, now_);
+    EmitDevice(r, p, start, now_, kind == ActivityKind::kComm ? &run : nullptr);
+  }
+  for (const Participant& p : members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    if (kind == ActivityKind::kComm) {
+      const auto& coll = std::get<CollectiveOp>(OpOf(r, p.op_index).payload);
+      CommLane& lane = r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll.comm)])];
+      ++lane.completed;
+      WakeNextOnLane(r, &lane);
+    }
+    AdvanceStream(r, p.stream);
+  }
+}
+
+int32_t Engine::NewActivity() {
+  int32_t id;
+  if (!free_activities_.empty()) {
+    id = free_activities_.back();
+    free_activities_.pop_back();
+  } else {
+    id = static_cast<int32_t>(activities_.size());
+    activities_.emplace_back();
+  }
+  Activity& a = activities_[static_cast<size_t>(id)];
+  a.live = true;
+  ++a.version;
+  return id;
+}
+
+void Engine::SetRate(int32_t id, double rate) {
+  Activity& a = activities_[static_cast<size_t>(id)];
+  if (a.rate == rate) return;
+  a.remaining = std::max(0.0, a.remaining - static_cast<double>(now_ - a.last_update) * a.rate);
+  a.last_update = now_;
+  a.rate = rate;
+  ++a.version;
+  // The small epsilon keeps exact quotients (100 / 0.8) from rounding up by a nanosecond.
+  const double left_ns = a.remaining / rate;
+  const int64_t done = now_ + static_cast<int64_t>(std::ceil(left_ns - 1e-6));
+  Push(std::max(done, now_), ActivityDone{id, a.version});
+}
+
+// Time with compute, with communication, and with both, per rank (HTA's overlap).
+void Engine::Integrate(RankState& r) {
+  const int64_t dt = now_ - r.last_change_ns;
+  if (dt > 0) {
+    const bool compute = !r.active_compute.empty();
+    const bool comm = !r.active_comm.empty();
+    if (compute) r.stats.compute_ns += dt;
+    if (comm) r.stats.comm_ns += dt;
+    if (compute && comm) r.stats.overlap_ns += dt;
+  }
+  r.last_change_ns = now_;
+}
+
+double Engine::ComputeRate(const RankState& r) const {
+  double rate = 1.0;
+  if (config_.compute_sharing == ComputeSharing::kFairShare && r.active_compute.size() > 1) {
+    rate /= static_cast<double>(r.active_compute.size());
+  }
+  if (!r.active_comm.empty()) rate /= 1.0 + config_.compute_slowdown;
+  return rate;
+}
+
+double Engine::CommRate(const Activity& a) const {
+  return a.members_computing > 0 ? 1.0 / (1.0 + config_.comm_slowdown) : 1.0;
+}
+
+void Engine::RefreshComputeRates(RankState& r) {
+  const double rate = ComputeRate(r);
+  for (int32_t id : r.active_compute) SetRate(id, rate);
+}
+
+void Engine::OnComputeCountChanged(RankState& r, int32_t before) {
+  const int32_t after = static_cast<int32_t>(r.active_compute.size());
+  if (config_.compute_sharing == ComputeSharing::kFairShare) RefreshComputeRates(r);
+  if ((before == 0) == (after == 0)) return;
+  // The GPU went from idle to computing or back: its collectives change speed.
+  for (int32_t id : r.active_comm) {
+    Activity& a = activities_[static_cast<size_t>(id)];
+    a.members_computing += after > 0 ? 1 : -1;
+    SetRate(id, CommRate(a));
+  }
+}
+
+void Engine::OnCommCountChanged(RankState& r, int32_t before) {
+  const int32_t after = static_cast<int32_t>(r.active_comm.size());
+  if ((before == 0) != (after == 0)) RefreshComputeRates(r);
+}
+
+// ---- Observation
+
+void Engine::EmitHost(RankState& r, int32_t op_index, HostSpanKind kind, int64_t start, int64_t end,
+                      int64_t correlation) {
+  if (kind != HostSpanKind::kSynchronize) r.stats.host_busy_ns += end - start;
+  r.stats.timeline_hash = HashCombine(
+      HashCombine(r.stats.timeline_hash, static_cast<uint64_t>(op_index)),
+      static_cast<uint64_t>(start) * 31u + static_cast<uint64_t>(end));
+  if (r.want_trace) observer_->OnHostSpan(HostSpan{r.rank, op_index, kind, start, end, correlation});
+}
+
+void Engine::EmitDevice(RankState& r, const Participant& p, int64_t start, int64_t end,
+                        const CollectiveRun* run) {
+  r.stats.timeline_hash = HashCombine(
+      HashCombine(r.stats.timeline_hash, static_cast<uint64_t>(p.op_index) << 8 | static_cast<uint64_t>(p.stream)),
+      static_cast<uint64_t>(start) * 31u + static_cast<uint64_t>(end));
+  if (r.want_trace) {
+    observer_->OnDeviceSpan(DeviceSpan{r.rank, p.stream, p.op_index, start, end, p.correlation, run});
+  }
+}
+
+std::string Engine::DescribeOp(const RankState& r, int32_t op_index) const {
+  const Op& op = OpOf(r, op_index);
+  std::string text = fmt::format("op {} {}", op.id, traces::OpKindName(op.payload));
+  if (op.name != traces::kNoName) text += fmt::format(" '{}'", r.program->NameOf(op.name));
+  if (const auto* coll = std::get_if<CollectiveOp>(&op.payload)) {
+    const int32_t comm = r.comm_of_slot[static_cast<size_t>(coll->comm)];
+    text += fmt::format(" {} on '{}'", traces::CollectiveTypeName(coll->type),
+                        schedule_.communicators[static_cast<size_t>(comm)].name);
+  }
+  return text;
+}
+
+BlockedRank Engine::DescribeBlocked(const RankState& r) const {
+  BlockedRank blocked;
+  blocked.rank = r.rank;
+  switch (r.host.wait) {
+    case HostWait::kDone: blocked.host = "finished issuing"; break;
+    case HostWait::kStream:
+    case HostWait::kDevice:
+    case HostWait::kRecord:
+      blocked.host = "blocked in " + DescribeOp(r, r.host.pc);
+      break;
+    default: blocked.host = fmt::format("at op index {}", r.host.pc); break;
+  }
+  for (size_t i = 0; i < r.streams.size(); ++i) {
+    const StreamState& s = r.streams[i];
+    if (s.queue.empty()) continue;
+    std::string why = s.at_rendezvous    ? " (waiting for peers)"
+                      : s.waiting_turn   ? " (waiting for an earlier op of its communicator)"
+                      : s.waiting_record >= 0 ? " (waiting for an event)"
+                                              : "";
+    blocked.streams.push_back(fmt::format("stream '{}': {}{}", r.program->streams[i].name,
+                                          DescribeOp(r, s.queue.front().op_index), why));
+  }
+  return blocked;
+}
+
+}  // namespace
+
+StatusOr<SimulationResult> Simulate(const traces::Schedule& schedule, const CostProvider& costs,
+                                    const EngineConfig& config, EngineObserver* observer) {
+  Engine engine(schedule, costs, config, observer);
+  return engine.Run();
+}
+
+}  // namespace shardscope::sim

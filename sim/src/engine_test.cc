@@ -1,0 +1,313 @@
+// Exact timestamps for small schedules, computed by hand in the comments.
+#include "shardscope/sim/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace shardscope::sim {
+namespace {
+
+using namespace traces;
+
+// Fixed kernels cost their duration; collectives cost `bytes` ns; copies cost bytes ns.
+class FakeCosts : public CostProvider {
+ public:
+  int64_t KernelNs(const ComputeDesc& desc) const override {
+    return std::get<FixedDurationDesc>(desc).duration_ns;
+  }
+  int64_t MemcpyNs(MemcpyKind, int64_t bytes) const override { return bytes; }
+  CollectiveCost Collective(CollectiveType, int64_t bytes, int32_t) const override {
+    CollectiveCost cost;
+    cost.duration_ns = bytes;
+    return cost;
+  }
+};
+
+// Records every span, keyed by (rank, op id).
+class Recorder : public EngineObserver {
+ public:
+  explicit Recorder(const Schedule& schedule) : schedule_(schedule) {}
+  bool WantsRank(int32_t) const override { return true; }
+  void OnHostSpan(const HostSpan& span) override {
+    host[{span.rank, IdOf(span.rank, span.op_index)}] = {span.start_ns, span.end_ns};
+  }
+  void OnDeviceSpan(const DeviceSpan& span) override {
+    device[{span.rank, IdOf(span.rank, span.op_index)}] = {span.start_ns, span.end_ns};
+    if (span.collective != nullptr) seq[{span.rank, IdOf(span.rank, span.op_index)}] = span.collective->seq;
+  }
+  using Key = std::pair<int32_t, int64_t>;
+  std::map<Key, std::pair<int64_t, int64_t>> host, device;
+  std::map<Key, int64_t> seq;
+
+ private:
+  int64_t IdOf(int32_t rank, int32_t index) const {
+    return schedule_.ProgramOf(rank).ops[static_cast<size_t>(index)].id;
+  }
+  const Schedule& schedule_;
+};
+
+// Builds one program per rank with streams s0, s1 and events e0, e1.
+class Builder {
+ public:
+  explicit Builder(int world) {
+    schedule.communicators.push_back({"world", {}});
+    for (int r = 0; r < world; ++r) {
+      schedule.communicators[0].ranks.push_back(r);
+      Program p;
+      p.name = "rank" + std::to_string(r);
+      p.streams = {{"s0", 0}, {"s1", 0}};
+      p.events = {"e0", "e1"};
+      p.comm_slots = {"world"};
+      schedule.programs.push_back(p);
+      schedule.ranks.push_back({r, {}});
+    }
+  }
+  Builder& Add(int rank, OpPayload payload) {
+    Program& p = schedule.programs[static_cast<size_t>(rank)];
+    Op op;
+    op.id = static_cast<int64_t>(p.ops.size());
+    op.payload = payload;
+    p.ops.push_back(op);
+    return *this;
+  }
+  Builder& Kernel(int rank, int stream, int64_t ns) {
+    return Add(rank, KernelOp{stream, FixedDurationDesc{ns}});
+  }
+  Builder& Coll(int rank, int stream, int64_t ns, CollectiveType type = CollectiveType::kAllReduce) {
+    CollectiveOp c;
+    c.type = type;
+    c.stream = stream;
+    c.bytes = ns;
+    return Add(rank, c);
+  }
+  SimulationResult Run(const EngineConfig& config, Recorder* recorder = nullptr) {
+    EXPECT_TRUE(schedule.ResolveBindings().ok());
+    FakeCosts costs;
+    StatusOr<SimulationResult> result = Simulate(schedule, costs, config, recorder);
+    EXPECT_TRUE(result.ok()) << result.status().message();
+    return *result;
+  }
+  Schedule schedule;
+};
+
+EngineConfig Launch10() {
+  EngineConfig config;
+  config.launch_overhead_ns = 10;
+  return config;
+}
+
+TEST(EngineTest, TwoStreamsShareTheGpuFairly) {
+  // Launches: K1 [0,10], K2 [10,20]. K1 runs alone 10..20 (10 done, 90 left); from 20 both
+  // run at 1/2: K1 needs 180 more -> ends 200, K2 has done 90 by then -> 10 left alone -> 210.
+  Builder b(1);
+  b.Kernel(0, 0, 100).Kernel(0, 1, 100);
+  Recorder rec(b.schedule);
+  SimulationResult result = b.Run(Launch10(), &rec);
+  EXPECT_EQ(rec.host.at({0, 0}), std::make_pair(int64_t{0}, int64_t{10}));
+  EXPECT_EQ(rec.host.at({0, 1}), std::make_pair(int64_t{10}, int64_t{20}));
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{10}, int64_t{200}));
+  EXPECT_EQ(rec.device.at({0, 1}), std::make_pair(int64_t{20}, int64_t{210}));
+  EXPECT_EQ(result.makespan_ns, 210);
+  EXPECT_EQ(result.ranks[0].compute_ns, 200);
+  EXPECT_EQ(result.ranks[0].streams[0].busy_ns, 190);
+  EXPECT_FALSE(result.hung);
+}
+
+TEST(EngineTest, TwoStreamsIndependent) {
+  Builder b(1);
+  b.Kernel(0, 0, 100).Kernel(0, 1, 100);
+  Recorder rec(b.schedule);
+  EngineConfig config = Launch10();
+  config.compute_sharing = ComputeSharing::kIndependent;
+  b.Run(config, &rec);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{10}, int64_t{110}));
+  EXPECT_EQ(rec.device.at({0, 1}), std::make_pair(int64_t{20}, int64_t{120}));
+}
+
+TEST(EngineTest, StreamWaitsOnEvent) {
+  // K1 launch [0,10] runs 10..110; record e0 on s0 completes at 110; s1 waits for it;
+  // K2 (launched 10..20) starts at 110 and ends at 160.
+  Builder b(1);
+  b.Kernel(0, 0, 100).Add(0, EventRecordOp{0, 0}).Add(0, StreamWaitEventOp{1, 0}).Kernel(0, 1, 50);
+  Recorder rec(b.schedule);
+  SimulationResult result = b.Run(Launch10(), &rec);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{10}, int64_t{110}));
+  EXPECT_EQ(rec.device.at({0, 3}), std::make_pair(int64_t{110}, int64_t{160}));
+  EXPECT_EQ(result.makespan_ns, 160);
+}
+
+TEST(EngineTest, WaitCapturesTheRecordIssuedBeforeIt) {
+  // e0 is recorded after K1 (ends 110), s1 waits on it, then e0 is re-recorded after K3
+  // (s0: K1 10..110, K3 110..410). The wait must only wait for the first record: K2 runs
+  // 110..160 on s1, not after 410.
+  Builder b(1);
+  b.Kernel(0, 0, 100).Add(0, EventRecordOp{0, 0}).Add(0, StreamWaitEventOp{1, 0});
+  b.Kernel(0, 0, 300).Add(0, EventRecordOp{0, 0}).Kernel(0, 1, 50);
+  Recorder rec(b.schedule);
+  EngineConfig config = Launch10();
+  config.compute_sharing = ComputeSharing::kIndependent;
+  b.Run(config, &rec);
+  EXPECT_EQ(rec.device.at({0, 3}), std::make_pair(int64_t{110}, int64_t{410}));
+  EXPECT_EQ(rec.device.at({0, 5}), std::make_pair(int64_t{110}, int64_t{160}));
+}
+
+TEST(EngineTest, HostSynchronizeBlocksTheHost) {
+  // K1 launch [0,10] runs 10..110; the host syncs at 10 and waits until 110; host work
+  // 110..115; K2 launch 115..125 runs 125..225.
+  Builder b(1);
+  b.Kernel(0, 0, 100).Add(0, StreamSynchronizeOp{0}).Add(0, HostWorkOp{5}).Kernel(0, 0, 100);
+  Recorder rec(b.schedule);
+  SimulationResult result = b.Run(Launch10(), &rec);
+  EXPECT_EQ(rec.host.at({0, 1}), std::make_pair(int64_t{10}, int64_t{110}));
+  EXPECT_EQ(rec.host.at({0, 2}), std::make_pair(int64_t{110}, int64_t{115}));
+  EXPECT_EQ(rec.device.at({0, 3}), std::make_pair(int64_t{125}, int64_t{225}));
+  EXPECT_EQ(result.ranks[0].host_blocked_ns, 100);
+  EXPECT_EQ(result.makespan_ns, 225);
+}
+
+TEST(EngineTest, DeviceAndEventSynchronize) {
+  // s0: K1 10..110; s1: K2 20..70 (independent). Event sync on e0 (recorded after K2 on s1)
+  // returns at 70; device sync then waits for K1: 110. K3 launch 110..120 runs 120..130.
+  Builder b(1);
+  b.Kernel(0, 0, 100).Kernel(0, 1, 50).Add(0, EventRecordOp{0, 1}).Add(0, EventSynchronizeOp{0});
+  b.Add(0, DeviceSynchronizeOp{}).Kernel(0, 0, 10);
+  Recorder rec(b.schedule);
+  EngineConfig config = Launch10();
+  config.compute_sharing = ComputeSharing::kIndependent;
+  SimulationResult result = b.Run(config, &rec);
+  EXPECT_EQ(rec.host.at({0, 3}), std::make_pair(int64_t{20}, int64_t{70}));
+  EXPECT_EQ(rec.host.at({0, 4}), std::make_pair(int64_t{70}, int64_t{110}));
+  EXPECT_EQ(rec.device.at({0, 5}), std::make_pair(int64_t{120}, int64_t{130}));
+  EXPECT_EQ(result.ranks[0].host_blocked_ns, 90);
+}
+
+TEST(EngineTest, CollectiveWaitsForTheLateRank) {
+  // Rank 0 reaches the all-reduce at 10; rank 1 works 30 ns on the host first, its launch
+  // returns at 40. The collective (50 ns) runs 40..90 on both.
+  Builder b(2);
+  b.Coll(0, 0, 50);
+  b.Add(1, HostWorkOp{30}).Coll(1, 0, 50);
+  Recorder rec(b.schedule);
+  SimulationResult result = b.Run(Launch10(), &rec);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{40}, int64_t{90}));
+  EXPECT_EQ(rec.device.at({1, 1}), std::make_pair(int64_t{40}, int64_t{90}));
+  EXPECT_EQ(result.ranks[0].comm_ns, 50);
+  EXPECT_EQ(result.ranks[0].overlap_ns, 0);
+}
+
+TEST(EngineTest, OneCommunicatorSerializesAcrossStreams) {
+  // AR1 (50) on s0 ready at 10, AR2 (30) on s1 ready at 20. Same communicator: AR2 waits
+  // for AR1 to finish: AR1 10..60, AR2 60..90 (sequence numbers 0 and 1).
+  Builder b(2);
+  for (int r = 0; r < 2; ++r) b.Coll(r, 0, 50).Coll(r, 1, 30);
+  Recorder rec(b.schedule);
+  b.Run(Launch10(), &rec);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rec.device.at({r, 0}), std::make_pair(int64_t{10}, int64_t{60}));
+    EXPECT_EQ(rec.device.at({r, 1}), std::make_pair(int64_t{60}, int64_t{90}));
+    EXPECT_EQ(rec.seq.at({r, 0}), 0);
+    EXPECT_EQ(rec.seq.at({r, 1}), 1);
+  }
+}
+
+TEST(EngineTest, ThreeCollectivesQueuedOnTwoStreams) {
+  // AR1 (50) on s0, AR2 (30) on s1, AR3 (20) on s0 behind AR1... and AR4 (10) on s1:
+  // order is issue order: AR1 10..60, AR2 60..90, AR3 90..110, AR4 110..120.
+  Builder b(2);
+  for (int r = 0; r < 2; ++r) b.Coll(r, 0, 50).Coll(r, 1, 30).Coll(r, 0, 20).Coll(r, 1, 10);
+  Recorder rec(b.schedule);
+  b.Run(Launch10(), &rec);
+  EXPECT_EQ(rec.device.at({1, 2}), std::make_pair(int64_t{90}, int64_t{110}));
+  EXPECT_EQ(rec.device.at({1, 3}), std::make_pair(int64_t{110}, int64_t{120}));
+}
+
+TEST(EngineTest, ContentionSlowsComputeAndCommunication) {
+  // No launch cost. Rank 0 runs K (100) on s0 and a collective (150) on s1 with rank 1, all
+  // from t=0. compute_slowdown = comm_slowdown = 1: both run at 1/2 while they overlap.
+  // K: 100 / 0.5 = 200 -> ends 200. The collective has done 100 by 200, 50 left at full
+  // speed -> ends 250.
+  Builder b(2);
+  b.Kernel(0, 0, 100).Coll(0, 1, 150);
+  b.Coll(1, 1, 150);
+  Recorder rec(b.schedule);
+  EngineConfig config;
+  config.compute_slowdown = 1.0;
+  config.comm_slowdown = 1.0;
+  SimulationResult result = b.Run(config, &rec);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{0}, int64_t{200}));
+  EXPECT_EQ(rec.device.at({0, 1}), std::make_pair(int64_t{0}, int64_t{250}));
+  EXPECT_EQ(rec.device.at({1, 0}), std::make_pair(int64_t{0}, int64_t{250}));
+  EXPECT_EQ(result.ranks[0].overlap_ns, 200);
+  EXPECT_EQ(result.ranks[0].comm_ns, 250);
+  EXPECT_EQ(result.ranks[1].overlap_ns, 0);
+}
+
+TEST(EngineTest, ContentionWithPartialOverlap) {
+  // compute_slowdown 0.25 (rate 0.8), no comm slowdown. Collective (100) on both ranks from
+  // 0..100 at full speed. Rank 0's K (100) launched with a 20 ns host delay starts at 20:
+  // 20..100 at 0.8 does 64, 36 left at full speed -> ends 136.
+  Builder b(2);
+  b.Coll(0, 1, 100).Add(0, HostWorkOp{20}).Kernel(0, 0, 100);
+  b.Coll(1, 1, 100);
+  Recorder rec(b.schedule);
+  EngineConfig config;
+  config.compute_slowdown = 0.25;
+  b.Run(config, &rec);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{0}, int64_t{100}));
+  EXPECT_EQ(rec.device.at({0, 2}), std::make_pair(int64_t{20}, int64_t{136}));
+}
+
+TEST(EngineTest, SendRecvPair) {
+  // Rank 0 sends 40 ns worth at 10; rank 1 posts the receive after 25 ns of host work
+  // (launch returns at 35). The transfer runs 35..75 on both.
+  Builder b(2);
+  CollectiveOp send;
+  send.type = CollectiveType::kSend;
+  send.bytes = 40;
+  send.peer = 1;
+  CollectiveOp recv = send;
+  recv.type = CollectiveType::kRecv;
+  recv.peer = 0;
+  b.Add(0, send);
+  b.Add(1, HostWorkOp{25}).Add(1, recv);
+  Recorder rec(b.schedule);
+  b.Run(Launch10(), &rec);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{35}, int64_t{75}));
+  EXPECT_EQ(rec.device.at({1, 1}), std::make_pair(int64_t{35}, int64_t{75}));
+}
+
+TEST(EngineTest, MismatchedCollectivesHang) {
+  Builder b(2);
+  b.Coll(0, 0, 50, CollectiveType::kAllGather);
+  b.Coll(1, 0, 50, CollectiveType::kAllReduce);
+  SimulationResult result = b.Run(Launch10());
+  EXPECT_TRUE(result.hung);
+  ASSERT_EQ(result.blocked.size(), 2u);
+  EXPECT_NE(result.blocked[0].streams.at(0).find("waiting for peers"), std::string::npos);
+}
+
+TEST(EngineTest, MissingPeerHangs) {
+  // Rank 1 never issues the collective: rank 0 waits forever; rank 1 finishes.
+  Builder b(2);
+  b.Coll(0, 0, 50);
+  b.Kernel(1, 0, 10);
+  SimulationResult result = b.Run(Launch10());
+  EXPECT_TRUE(result.hung);
+  ASSERT_EQ(result.blocked.size(), 1u);
+  EXPECT_EQ(result.blocked[0].rank, 0);
+  EXPECT_TRUE(result.ranks[1].finished);
+}
+
+TEST(EngineTest, IdenticalRanksHashEqualAndRunsAreDeterministic) {
+  Builder b(2);
+  for (int r = 0; r < 2; ++r) b.Kernel(r, 0, 100).Coll(r, 1, 70).Kernel(r, 0, 33);
+  SimulationResult first = b.Run(Launch10());
+  SimulationResult second = b.Run(Launch10());
+  EXPECT_EQ(first.ranks[0].timeline_hash, first.ranks[1].timeline_hash);
+  EXPECT_EQ(first.ranks[0].timeline_hash, second.ranks[0].timeline_hash);
+  EXPECT_EQ(first.makespan_ns, second.makespan_ns);
+}
+
+}  // namespace
+}  // namespace shardscope::sim
