@@ -1,1 +1,216 @@
-int main() { return 0; }
+// shardscope: simulate sharded data-parallel training plans before renting the cluster.
+//
+// Only main() decides exit codes: 0 success, 1 internal or I/O failure, 2 bad input (plan,
+// schedule, arguments). Files are written to a temporary name and renamed into place, so a
+// failed run never leaves a half-written output.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "shardscope/sim/lowering.h"
+#include "shardscope/sim/plan.h"
+#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/version.h"
+#include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/schedule_json.h"
+
+namespace {
+
+using namespace shardscope;
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidInput ? 2 : 1;
+}
+
+int Fail(const Status& status) {
+  std::cerr << "shardscope: error: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+// A schedule JSON starts with '{'; anything else is taken as a YAML plan.
+StatusOr<bool> LooksLikeScheduleJson(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  char c = 0;
+  while (in.get(c)) {
+    if (!std::isspace(static_cast<unsigned char>(c))) return c == '{';
+  }
+  return false;
+}
+
+struct Loaded {
+  traces::Schedule schedule;
+  sim::SimulationSetup setup;
+};
+
+// Loads a plan (and lowers it) or a schedule JSON.
+StatusOr<Loaded> LoadInput(const std::string& path) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(bool is_json, LooksLikeScheduleJson(path));
+  Loaded loaded;
+  if (is_json) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, traces::ReadScheduleFile(path));
+  } else {
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(path));
+    SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, sim::LowerPlan(plan));
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, sim::SetupFromSchedule(loaded.schedule, path));
+  return loaded;
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::IoError(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+    out << text;
+    out.flush();
+    if (!out) return Status::IoError(fmt::format("cannot write '{}'", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
+  return Status::Ok();
+}
+
+// "all", "none", "default", or a list like "0-7,12,100".
+StatusOr<std::vector<int32_t>> ParseRankList(const std::string& text, int32_t world) {
+  std::vector<int32_t> ranks;
+  if (text == "none") return ranks;
+  if (text == "all") {
+    for (int32_t r = 0; r < world; ++r) ranks.push_back(r);
+    return ranks;
+  }
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    int64_t lo = 0, hi = 0;
+    char dash = 0;
+    std::stringstream part(item);
+    if (!(part >> lo)) return Status::InvalidInput(fmt::format("--trace-ranks: expected a rank, got '{}'", item));
+    hi = lo;
+    if (part >> dash) {
+      if (dash != '-' || !(part >> hi)) {
+        return Status::InvalidInput(fmt::format("--trace-ranks: expected 'A-B', got '{}'", item));
+      }
+    }
+    if (lo < 0 || hi >= world || lo > hi) {
+      return Status::InvalidInput(
+          fmt::format("--trace-ranks: '{}' is outside the world of {} ranks", item, world));
+    }
+    for (int64_t r = lo; r <= hi; ++r) ranks.push_back(static_cast<int32_t>(r));
+  }
+  return ranks;
+}
+
+struct SimulateOptions {
+  std::string input;
+  std::string out_dir = "shardscope-out";
+  std::string trace_ranks = "default";
+  bool quiet = false;
+};
+
+Status RunSimulate(const SimulateOptions& options) {
+  if (!options.quiet) std::cerr << "shardscope: loading " << options.input << "\n";
+  SHARDSCOPE_ASSIGN_OR_RETURN(Loaded loaded, LoadInput(options.input));
+  const traces::Schedule& schedule = loaded.schedule;
+  const sim::SimulationSetup& setup = loaded.setup;
+  sim::ClusterCostProvider costs(schedule, setup.cluster);
+  const sim::EngineConfig config = sim::EngineConfigFor(setup);
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.out_dir, ec);
+  if (ec) return Status::IoError(fmt::format("cannot create '{}': {}", options.out_dir, ec.message()));
+
+  traces::TraceInfo info;
+  info.world_size = schedule.world_size();
+  info.producer = fmt::format("shardscope {} simulate", sim::Version());
+  const std::string trace_path = (std::filesystem::path(options.out_dir) / "trace.json").string();
+  SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(trace_path, info));
+
+  // The default trace shows the first node, then any rank whose timeline differs from every
+  // rank shown; that is only known after a run, so such ranks are traced in a second run
+  // (the engine is deterministic, so both runs agree).
+  std::vector<int32_t> first_ranks;
+  const bool by_default = options.trace_ranks == "default";
+  if (by_default) {
+    for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
+  } else {
+    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseRankList(options.trace_ranks, schedule.world_size()));
+  }
+  if (!options.quiet) {
+    std::cerr << fmt::format("shardscope: simulating {} ranks, {} ops per rank\n", schedule.world_size(),
+                             schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size());
+  }
+  sim::TraceRecorder recorder(schedule, first_ranks, *writer);
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(schedule, costs, config, &recorder));
+  if (by_default) {
+    std::vector<int32_t> extra;
+    for (int32_t r : sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node)) {
+      if (r >= setup.cluster.gpus_per_node) extra.push_back(r);
+    }
+    if (!extra.empty()) {
+      if (!options.quiet) std::cerr << fmt::format("shardscope: tracing {} rank(s) whose timelines differ\n", extra.size());
+      sim::TraceRecorder extra_recorder(schedule, extra, *writer);
+      SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
+    }
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
+  const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
+  SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(report_path, sim::ReportJson(schedule, setup, result)));
+  std::cout << sim::SummaryText(schedule, setup, result);
+  std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);
+  return Status::Ok();
+}
+
+Status RunSchedule(const std::string& input, const std::string& output) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Loaded loaded, LoadInput(input));
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteScheduleFile(loaded.schedule, output));
+  std::cout << fmt::format("wrote {}: {} ranks, {} program(s), {} ops in the first program\n", output,
+                           loaded.schedule.world_size(), loaded.schedule.programs.size(),
+                           loaded.schedule.programs.empty() ? 0 : loaded.schedule.programs[0].ops.size());
+  return Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardscope: simulate sharded data-parallel training (FSDP2, DDP) before you run it.\n"
+               "Predicts step time, compute/communication overlap and hangs from a plan file."};
+  app.set_version_flag("--version", std::string(shardscope::sim::Version()));
+  app.require_subcommand(1);
+
+  SimulateOptions simulate;
+  CLI::App* simulate_cmd = app.add_subcommand(
+      "simulate", "Simulate a plan (YAML) or a schedule (JSON): writes DIR/trace.json and DIR/report.json");
+  simulate_cmd->add_option("input", simulate.input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
+  simulate_cmd->add_option("-o,--output", simulate.out_dir, "Output directory")->capture_default_str();
+  simulate_cmd->add_option("--trace-ranks", simulate.trace_ranks,
+                           "Ranks in the trace: 'default' (first node + every rank whose timeline differs), "
+                           "'all', 'none', or a list like '0-7,12'")
+      ->capture_default_str();
+  simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages on stderr");
+
+  std::string schedule_input, schedule_output = "schedule.json";
+  CLI::App* schedule_cmd = app.add_subcommand("schedule", "Lower a plan into its schedule JSON (the per-rank programs)");
+  schedule_cmd->add_option("plan", schedule_input, "Plan YAML (or a schedule JSON to normalize)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  schedule_cmd->add_option("-o,--output", schedule_output, "Schedule JSON to write")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  Status status;
+  if (*simulate_cmd) status = RunSimulate(simulate);
+  if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output);
+  return status.ok() ? 0 : Fail(status);
+}

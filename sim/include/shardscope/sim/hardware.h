@@ -35,12 +35,18 @@ struct GpuSpec {
   int64_t cuda_context_bytes = 0;          // device memory taken by the CUDA context + NCCL
 };
 
-// Peak dense FLOP/s for GEMMs in `dtype` (fp32 GEMMs use the fp32 rate; tf32 the tf32 rate).
-// 0 when the GPU has no tensor-core support for the dtype (e.g. bf16 or fp8 on V100).
+// Peak dense FLOP/s for GEMMs in `dtype` (fp32 GEMMs use the fp32 rate; tf32 the tf32 rate;
+// both fp8 formats the fp8 rate). 0 when the GPU has no tensor-core support for the dtype
+// (e.g. bf16 or fp8 on V100) and for dtypes no GEMM rate is modelled for (integers, fp64).
 double PeakFlops(const GpuSpec& gpu, traces::DType dtype);
 
 // How GPUs inside one node talk to each other.
 enum class IntraNodeFabric : uint8_t { kNvSwitch, kNvLinkHybridCubeMesh, kPcie };
+std::string_view IntraNodeFabricName(IntraNodeFabric fabric);  // "nvswitch", ...
+
+// The host CPU vendor: NCCL's tuning picks some multi-node figures by it (tuning.cc llMaxBws
+// rows, getNetOverhead).
+enum class CpuVendor : uint8_t { kIntel, kAmd };
 
 struct ClusterSpec {
   std::string name;                        // preset name, e.g. "dgx-h100"
@@ -51,15 +57,21 @@ struct ClusterSpec {
   double intra_node_bandwidth = 0;         // bytes/s per GPU per direction (NVLink)
   double inter_node_bandwidth = 0;         // bytes/s per GPU per direction (network share)
   int32_t nics_per_node = 0;
+  CpuVendor cpu_vendor = CpuVendor::kIntel;
+  // The NICs are reachable from the GPUs through a PCIe switch (GPUDirect RDMA). NCCL
+  // enables LL128 across nodes only then (tuning.cc: typeInter <= PATH_PXB).
+  bool gpu_direct_rdma = true;
 
   int32_t world_size() const { return gpus_per_node * nodes; }
   int32_t NodeOf(int32_t rank) const { return rank / gpus_per_node; }
 };
 
+// InvalidInput naming the valid presets when `name` is none of them.
 StatusOr<GpuSpec> FindGpuPreset(std::string_view name);
 std::vector<std::string> GpuPresetNames();
 
-// A cluster preset with `nodes` nodes.
+// A cluster preset with `nodes` nodes. InvalidInput on an unknown name (listing the valid
+// ones) or on nodes < 1.
 StatusOr<ClusterSpec> FindClusterPreset(std::string_view name, int32_t nodes);
 std::vector<std::string> ClusterPresetNames();
 

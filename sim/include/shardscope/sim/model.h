@@ -39,13 +39,34 @@ struct ModelSpec {
   int32_t experts = 1;            // MoE: experts per layer (1 = dense)
   int32_t experts_per_token = 1;  // MoE: top-k routing
 
+  // Architecture details beyond the table's dimensions. The defaults describe a Llama-style
+  // decoder, so a plan that only gives dimensions gets the most common architecture.
+  bool alibi = false;             // ALiBi (MPT): no position table and no RoPE kernel. With
+                                  // neither alibi nor learned_positions the model uses RoPE.
+  bool norm_bias = false;         // LayerNorm carries a bias (GPT-3, RoBERTa; not MPT, which
+                                  // drops every bias). Never with RMSNorm.
+  int64_t reserved_position_rows = 0;  // position-table rows beyond max_positions (RoBERTa:
+                                       // 2, positions start after padding_idx = 1)
+  int64_t token_types = 0;        // segment-embedding rows added to the input (RoBERTa: 1)
+  bool embedding_norm = false;    // LayerNorm right after the embedding sum (BERT/RoBERTa)
+  bool post_norm = false;         // BERT-style post-LN: each sub-layer's norm follows its
+                                  // residual add, and there is no final norm before the head
+  bool lm_head_transform = false; // BERT/RoBERTa LM head: dense(h, h) + GeLU + LayerNorm
+                                  // before the output projection, whose bias (vocab) exists
+                                  // even when its weight is tied
+
   int64_t head_dim() const { return hidden / heads; }
+  bool rope() const { return !learned_positions && !alibi; }
+  int64_t position_rows() const {
+    return learned_positions ? max_positions + reserved_position_rows : 0;
+  }
 };
 
 StatusOr<ModelSpec> FindModelPreset(std::string_view name);
 std::vector<std::string> ModelPresetNames();
 // Checks dimensions (positive, heads divide hidden, kv_heads divide heads, experts_per_token
-// <= experts). The message names the offending field.
+// <= experts) and that the architecture flags agree (learned positions need max_positions,
+// not with alibi; norm_bias needs LayerNorm). The message names the offending field.
 Status ValidateModel(const ModelSpec& model);
 
 // One parameter tensor of a module (for sharding, bucketing and memory).
@@ -79,8 +100,14 @@ struct Workload {
   traces::DType dtype = traces::DType::kBFloat16;  // activations and GEMMs
 };
 
+// Checks the workload against the model: micro_batch and seq_len positive, seq_len within
+// max_positions when positions are learned. The message names the offending field.
+Status ValidateWorkload(const ModelSpec& model, const Workload& workload);
+
 // The modules of one forward/backward pass in forward order: embed, layers.0 ..
 // layers.{L-1}, head (final norm + output projection + cross-entropy loss).
+// Requires ValidateModel and ValidateWorkload to pass; returns an empty vector otherwise.
+// With tied embeddings the shared matrix is listed once, under embed.
 std::vector<ModuleKernels> DecomposeModel(const ModelSpec& model, const Workload& workload);
 
 // Parameter counts. Total = embedding (+ positions) + layers x block + final norm + head
@@ -89,9 +116,17 @@ int64_t ParameterCount(const ModelSpec& model);
 // Parameters used per token (MoE: only the routed experts count).
 int64_t ActiveParameterCount(const ModelSpec& model);
 
+// Parameters taking part in matrix products per token (MoE: routed experts only): what the
+// 6N of the FLOP count multiplies. Leaves out embedding lookups (token, position, segment),
+// norms and biases (an epilogue add, not a product); keeps the output projection even when
+// tied to the embedding.
+int64_t ActiveMatmulParameterCount(const ModelSpec& model);
+
 // Model FLOPs per token for one training step (forward + backward, no recompute):
 // 6 x (active params in matrix products, i.e. without the input embedding lookup) + attention
 // (12 x layers x hidden x seq, halved for causal attention). See model-accounting reference.
+// Equals the GEMM + attention FLOPs of DecomposeModel per token when attention backward is
+// counted as 2x forward (model FLOPs; flash attention's recompute is not model work).
 double TrainingFlopsPerToken(const ModelSpec& model, int64_t seq_len);
 
 }  // namespace shardscope::sim

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds and runs every test: the release build, the same tests under AddressSanitizer +
+# UndefinedBehaviorSanitizer, and a short run of each libFuzzer target over its corpus and
+# the saved regression inputs. Each configuration is built once, in its own folder.
+#   FUZZ_SECONDS=N  seconds per fuzz target (default 20; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+fuzz_seconds=${FUZZ_SECONDS:-20}
+
+echo "== release build + tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDSCOPE_BENCH=ON >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== ASan + UBSan build + tests"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDSCOPE_SANITIZE=ON \
+  -DSHARDSCOPE_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+if [ "$fuzz_seconds" -gt 0 ]; then
+  echo "== fuzzers (${fuzz_seconds}s each)"
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DSHARDSCOPE_FUZZ=ON -DSHARDSCOPE_TESTS=OFF -DSHARDSCOPE_BENCH=OFF -DSHARDSCOPE_CUDA=OFF >/dev/null
+  cmake --build build-fuzz -j "$jobs"
+  for target in schedule_reader_fuzz:schedule trace_reader_fuzz:trace plan_loader_fuzz:plan; do
+    name=${target%%:*}
+    corpus=${target##*:}
+    work=$(mktemp -d)
+    cp -r "fuzz/corpus/$corpus/." "$work/"
+    if [ -d "tests/regressions/$corpus" ]; then cp -r "tests/regressions/$corpus/." "$work/"; fi
+    echo "-- $name"
+    "./build-fuzz/bin/$name" -max_total_time="$fuzz_seconds" -max_len=8192 -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 "$work" 2>&1 | tail -n 3
+    rm -rf "$work"
+  done
+fi
+echo "== all tests passed"

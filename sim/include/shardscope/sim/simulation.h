@@ -1,0 +1,83 @@
+// Running a schedule end to end: the hardware it runs on (from the plan, or from the
+// schedule's metadata), the cost provider over the cluster's compute and NCCL models, the
+// trace recorder that turns engine spans into a Perfetto timeline, and report.json.
+#ifndef SHARDSCOPE_SIM_SIMULATION_H_
+#define SHARDSCOPE_SIM_SIMULATION_H_
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "shardscope/sim/compute_model.h"
+#include "shardscope/sim/engine.h"
+#include "shardscope/sim/hardware.h"
+#include "shardscope/sim/nccl_model.h"
+#include "shardscope/sim/plan.h"
+#include "shardscope/traces/schedule.h"
+#include "shardscope/traces/timeline.h"
+
+namespace shardscope::sim {
+
+// Everything besides the schedule that a simulation needs.
+struct SimulationSetup {
+  std::string label;                  // plan file or schedule file, for reports
+  ClusterSpec cluster;
+  ContentionConfig contention;
+  HostConfig host;
+  double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
+  int64_t tokens_per_rank_step = 0;
+};
+
+// Reads the setup from a schedule's metadata (written by LowerPlan). Keys that are absent
+// fall back to defaults only where one exists; a missing cluster is an error.
+StatusOr<SimulationSetup> SetupFromSchedule(const traces::Schedule& schedule, const std::string& label);
+
+// Costs kernels with the roofline model and collectives with the NCCL model, using each
+// communicator's shape on the cluster (topologies are computed once).
+class ClusterCostProvider : public CostProvider {
+ public:
+  ClusterCostProvider(const traces::Schedule& schedule, const ClusterSpec& cluster);
+  int64_t KernelNs(const traces::ComputeDesc& desc) const override;
+  int64_t MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const override;
+  CollectiveCost Collective(traces::CollectiveType type, int64_t bytes, int32_t communicator) const override;
+
+ private:
+  ComputeModel compute_;
+  NcclModel nccl_;
+  std::vector<CommTopology> topologies_;
+};
+
+EngineConfig EngineConfigFor(const SimulationSetup& setup);
+
+// Turns engine spans of the chosen ranks into timeline events (Kineto conventions: pid =
+// rank, tid 0 = host thread, tid 1 + stream index = stream; launch -> kernel "ac2g" flows).
+class TraceRecorder : public EngineObserver {
+ public:
+  TraceRecorder(const traces::Schedule& schedule, std::vector<int32_t> ranks, traces::TimelineSink& sink);
+  bool WantsRank(int32_t rank) const override;
+  void OnHostSpan(const HostSpan& span) override;
+  void OnDeviceSpan(const DeviceSpan& span) override;
+
+ private:
+  const traces::Schedule& schedule_;
+  std::vector<bool> wanted_;
+  traces::TimelineSink& sink_;
+  std::unordered_map<int64_t, int64_t> launch_starts_;  // flow id -> launch start, until bound
+};
+
+// The ranks a trace shows by default: the first node, plus the first rank of every group of
+// ranks whose timelines are identical to each other but differ from all ranks already shown.
+std::vector<int32_t> DefaultTraceRanks(const SimulationResult& result, int32_t gpus_per_node);
+
+// Writes report.json (schema in docs/REPORT.md).
+std::string ReportJson(const traces::Schedule& schedule, const SimulationSetup& setup,
+                       const SimulationResult& result);
+
+// The summary `shardscope simulate` prints.
+std::string SummaryText(const traces::Schedule& schedule, const SimulationSetup& setup,
+                        const SimulationResult& result);
+
+}  // namespace shardscope::sim
+
+#endif  // SHARDSCOPE_SIM_SIMULATION_H_

@@ -1,0 +1,528 @@
+// Simulation setup from schedule metadata, the cluster cost provider, the trace recorder,
+// report.json and the printed summary.
+#include "shardscope/sim/simulation.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "schedule_metadata.h"
+#include "shardscope/sim/version.h"
+
+namespace shardscope::sim {
+namespace {
+
+using traces::Schedule;
+
+std::string Num(double value) { return fmt::format("{:.17g}", value); }
+
+// Typed access to string metadata with errors that name the key.
+class MetadataReader {
+ public:
+  MetadataReader(const std::map<std::string, std::string>& metadata, const std::string& label)
+      : metadata_(metadata), label_(label) {}
+
+  bool Has(const std::string& key) const { return metadata_.count(key) > 0; }
+
+  Status Int(const std::string& key, int64_t& out) const {
+    auto it = metadata_.find(key);
+    if (it == metadata_.end()) return Status::Ok();
+    const std::string& text = it->second;
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      return Error(key, "an integer", text);
+    }
+    out = value;
+    return Status::Ok();
+  }
+  Status Int32(const std::string& key, int32_t& out) const {
+    int64_t value = out;
+    SHARDSCOPE_RETURN_IF_ERROR(Int(key, value));
+    if (value < INT32_MIN || value > INT32_MAX) return Error(key, "a 32-bit integer", std::to_string(value));
+    out = static_cast<int32_t>(value);
+    return Status::Ok();
+  }
+  Status Double(const std::string& key, double& out) const {
+    auto it = metadata_.find(key);
+    if (it == metadata_.end()) return Status::Ok();
+    const std::string& text = it->second;
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
+      return Error(key, "a finite number", text);
+    }
+    out = value;
+    return Status::Ok();
+  }
+  std::string String(const std::string& key, const std::string& fallback) const {
+    auto it = metadata_.find(key);
+    return it == metadata_.end() ? fallback : it->second;
+  }
+
+ private:
+  Status Error(const std::string& key, const std::string& expected, const std::string& got) const {
+    return Status::InvalidInput(
+        fmt::format("{}: /metadata/{}: expected {}, got \"{}\"", label_, key, expected, got));
+  }
+  const std::map<std::string, std::string>& metadata_;
+  const std::string& label_;
+};
+
+std::string_view CollectiveKernelName(traces::CollectiveType type) {
+  switch (type) {
+    case traces::CollectiveType::kAllGather: return "AllGather";
+    case traces::CollectiveType::kReduceScatter: return "ReduceScatter";
+    case traces::CollectiveType::kAllReduce: return "AllReduce";
+    case traces::CollectiveType::kBroadcast: return "Broadcast";
+    case traces::CollectiveType::kReduce: return "Reduce";
+    case traces::CollectiveType::kAllToAll: return "SendRecv";  // NCCL runs all-to-all as p2p
+    case traces::CollectiveType::kSend: return "SendRecv";
+    case traces::CollectiveType::kRecv: return "SendRecv";
+  }
+  return "Unknown";
+}
+
+}  // namespace
+
+void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) {
+  const ClusterSpec& c = plan.cluster;
+  const GpuSpec& g = c.gpu;
+  m["plan.source"] = plan.source;
+  m["plan.strategy"] = std::string(StrategyName(plan.strategy));
+  m["plan.model"] = plan.model.name;
+  m["cluster.name"] = c.name;
+  m["cluster.nodes"] = std::to_string(c.nodes);
+  m["cluster.gpus_per_node"] = std::to_string(c.gpus_per_node);
+  m["cluster.fabric"] = std::to_string(static_cast<int>(c.fabric));
+  m["cluster.intra_node_bandwidth"] = Num(c.intra_node_bandwidth);
+  m["cluster.inter_node_bandwidth"] = Num(c.inter_node_bandwidth);
+  m["cluster.nics_per_node"] = std::to_string(c.nics_per_node);
+  m["gpu.name"] = g.name;
+  m["gpu.arch"] = std::to_string(static_cast<int>(g.arch));
+  m["gpu.sm_count"] = std::to_string(g.sm_count);
+  m["gpu.peak_flops_bf16"] = Num(g.peak_flops_bf16);
+  m["gpu.peak_flops_fp16"] = Num(g.peak_flops_fp16);
+  m["gpu.peak_flops_tf32"] = Num(g.peak_flops_tf32);
+  m["gpu.peak_flops_fp32"] = Num(g.peak_flops_fp32);
+  m["gpu.peak_flops_fp8"] = Num(g.peak_flops_fp8);
+  m["gpu.hbm_bytes"] = std::to_string(g.hbm_bytes);
+  m["gpu.hbm_bandwidth"] = Num(g.hbm_bandwidth);
+  m["gpu.nvlink_bandwidth"] = Num(g.nvlink_bandwidth);
+  m["gpu.pcie_bandwidth"] = Num(g.pcie_bandwidth);
+  m["gpu.cuda_context_bytes"] = std::to_string(g.cuda_context_bytes);
+  m["contention.compute_slowdown"] = Num(plan.contention.compute_slowdown);
+  m["contention.comm_slowdown"] = Num(plan.contention.comm_slowdown);
+  m["host.launch_overhead_ns"] = std::to_string(plan.host.launch_overhead_ns);
+  m["host.hook_overhead_ns"] = std::to_string(plan.host.hook_overhead_ns);
+  m["host.python_op_overhead_ns"] = std::to_string(plan.host.python_op_overhead_ns);
+  m["training.dtype"] = std::string(traces::DTypeName(plan.training.dtype));
+}
+
+StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std::string& label) {
+  SimulationSetup setup;
+  setup.label = label;
+  MetadataReader md(schedule.metadata, label);
+  // Either a preset ("cluster.preset" + "cluster.nodes", handy in hand-written schedules) or
+  // every figure as LowerPlan writes them; explicit figures override the preset's.
+  if (md.Has("cluster.preset")) {
+    int32_t nodes = 1;
+    SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.nodes", nodes));
+    SHARDSCOPE_ASSIGN_OR_RETURN(setup.cluster, FindClusterPreset(md.String("cluster.preset", ""), nodes));
+  } else if (!md.Has("gpu.hbm_bandwidth")) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata: the schedule names no cluster; add \"cluster.preset\" (one of {}) and "
+        "\"cluster.nodes\"",
+        label, fmt::join(ClusterPresetNames(), ", ")));
+  }
+  ClusterSpec& c = setup.cluster;
+  GpuSpec& g = c.gpu;
+  int32_t fabric = static_cast<int32_t>(c.fabric), arch = static_cast<int32_t>(g.arch);
+  c.name = md.String("cluster.name", c.name);
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.nodes", c.nodes));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.gpus_per_node", c.gpus_per_node));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.fabric", fabric));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("cluster.intra_node_bandwidth", c.intra_node_bandwidth));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("cluster.inter_node_bandwidth", c.inter_node_bandwidth));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.nics_per_node", c.nics_per_node));
+  g.name = md.String("gpu.name", g.name);
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.arch", arch));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.sm_count", g.sm_count));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.peak_flops_bf16", g.peak_flops_bf16));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.peak_flops_fp16", g.peak_flops_fp16));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.peak_flops_tf32", g.peak_flops_tf32));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.peak_flops_fp32", g.peak_flops_fp32));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.peak_flops_fp8", g.peak_flops_fp8));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.hbm_bytes", g.hbm_bytes));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.hbm_bandwidth", g.hbm_bandwidth));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.nvlink_bandwidth", g.nvlink_bandwidth));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.pcie_bandwidth", g.pcie_bandwidth));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.cuda_context_bytes", g.cuda_context_bytes));
+  if (fabric < 0 || fabric > static_cast<int32_t>(IntraNodeFabric::kPcie)) {
+    return Status::InvalidInput(fmt::format("{}: /metadata/cluster.fabric: expected 0..2, got {}", label, fabric));
+  }
+  if (arch < 0 || arch > static_cast<int32_t>(GpuArch::kHopper)) {
+    return Status::InvalidInput(fmt::format("{}: /metadata/gpu.arch: expected 0..2, got {}", label, arch));
+  }
+  c.fabric = static_cast<IntraNodeFabric>(fabric);
+  g.arch = static_cast<GpuArch>(arch);
+  if (c.nodes < 1 || c.gpus_per_node < 1 || g.hbm_bandwidth <= 0) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata: cluster needs nodes >= 1, gpus_per_node >= 1 and gpu.hbm_bandwidth > 0", label));
+  }
+  if (static_cast<int64_t>(c.nodes) * c.gpus_per_node < schedule.world_size()) {
+    return Status::InvalidInput(fmt::format(
+        "{}: the schedule has {} ranks but the cluster ({} x {} GPUs) has only {}", label,
+        schedule.world_size(), c.nodes, c.gpus_per_node, static_cast<int64_t>(c.nodes) * c.gpus_per_node));
+  }
+
+  setup.contention = DefaultContentionConfig();
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("contention.compute_slowdown", setup.contention.compute_slowdown));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("contention.comm_slowdown", setup.contention.comm_slowdown));
+  setup.host = DefaultHostConfig();
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.launch_overhead_ns", setup.host.launch_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.hook_overhead_ns", setup.host.hook_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.python_op_overhead_ns", setup.host.python_op_overhead_ns));
+  if (setup.contention.compute_slowdown < 0 || setup.contention.comm_slowdown < 0 ||
+      setup.host.launch_overhead_ns < 0) {
+    return Status::InvalidInput(fmt::format("{}: /metadata: contention and host costs must be >= 0", label));
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("model.flops_per_rank_step", setup.model_flops_per_rank_step));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("model.tokens_per_rank_step", setup.tokens_per_rank_step));
+  return setup;
+}
+
+// ---- Costs
+
+ClusterCostProvider::ClusterCostProvider(const Schedule& schedule, const ClusterSpec& cluster)
+    : compute_(cluster.gpu, ComputeModelConfig::Default()), nccl_(NcclModelConfig::Default()) {
+  topologies_.reserve(schedule.communicators.size());
+  for (const traces::Communicator& comm : schedule.communicators) {
+    topologies_.push_back(TopologyOf(cluster, comm.ranks));
+  }
+}
+
+int64_t ClusterCostProvider::KernelNs(const traces::ComputeDesc& desc) const {
+  if (const auto* fixed = std::get_if<traces::FixedDurationDesc>(&desc)) return fixed->duration_ns;
+  return compute_.KernelDurationNs(desc);
+}
+
+int64_t ClusterCostProvider::MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const {
+  return compute_.MemcpyDurationNs(kind, bytes);
+}
+
+CollectiveCost ClusterCostProvider::Collective(traces::CollectiveType type, int64_t bytes,
+                                               int32_t communicator) const {
+  return nccl_.Estimate(type, bytes, topologies_[static_cast<size_t>(communicator)]);
+}
+
+EngineConfig EngineConfigFor(const SimulationSetup& setup) {
+  EngineConfig config;
+  config.launch_overhead_ns = setup.host.launch_overhead_ns;
+  config.compute_slowdown = setup.contention.compute_slowdown;
+  config.comm_slowdown = setup.contention.comm_slowdown;
+  return config;
+}
+
+// ---- Trace
+
+TraceRecorder::TraceRecorder(const Schedule& schedule, std::vector<int32_t> ranks, traces::TimelineSink& sink)
+    : schedule_(schedule), wanted_(static_cast<size_t>(schedule.world_size()), false), sink_(sink) {
+  for (int32_t rank : ranks) {
+    if (rank < 0 || rank >= schedule.world_size() || wanted_[static_cast<size_t>(rank)]) continue;
+    wanted_[static_cast<size_t>(rank)] = true;
+    sink_.OnProcess(traces::ProcessInfo{rank, fmt::format("rank {}", rank), rank});
+    sink_.OnThread(traces::ThreadInfo{rank, 0, "host thread", 0});
+    const traces::Program& program = schedule.ProgramOf(rank);
+    for (size_t s = 0; s < program.streams.size(); ++s) {
+      sink_.OnThread(traces::ThreadInfo{rank, static_cast<int32_t>(s + 1),
+                                        fmt::format("stream {} {}", s, program.streams[s].name),
+                                        static_cast<int32_t>(s + 1)});
+    }
+  }
+}
+
+bool TraceRecorder::WantsRank(int32_t rank) const {
+  return rank >= 0 && static_cast<size_t>(rank) < wanted_.size() && wanted_[static_cast<size_t>(rank)];
+}
+
+namespace {
+
+int64_t FlowId(int32_t rank, int64_t correlation) { return (static_cast<int64_t>(rank) << 32) | correlation; }
+
+void AddTags(const traces::Program& program, const traces::Op& op, traces::Slice& slice) {
+  if (op.tags.module != traces::kNoName) {
+    slice.args.push_back({"module", std::string(program.NameOf(op.tags.module))});
+  }
+  if (op.tags.phase != traces::Phase::kNone) {
+    slice.args.push_back({"phase", std::string(traces::PhaseName(op.tags.phase))});
+  }
+  if (op.tags.micro_batch >= 0) slice.args.push_back({"micro-batch", int64_t{op.tags.micro_batch}});
+}
+
+}  // namespace
+
+void TraceRecorder::OnHostSpan(const HostSpan& span) {
+  const traces::Program& program = schedule_.ProgramOf(span.rank);
+  const traces::Op& op = program.ops[static_cast<size_t>(span.op_index)];
+  traces::Slice slice;
+  slice.pid = span.rank;
+  slice.tid = 0;
+  slice.ts_ns = span.start_ns;
+  slice.dur_ns = span.end_ns - span.start_ns;
+  slice.op_id = op.id;
+  slice.correlation = span.correlation;
+  slice.category = traces::Category::kCudaRuntime;
+  std::visit(
+      [&](const auto& p) {
+        using T = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, traces::KernelOp> || std::is_same_v<T, traces::CollectiveOp>) {
+          slice.name = "cudaLaunchKernel";
+        } else if constexpr (std::is_same_v<T, traces::MemcpyOp>) {
+          slice.name = "cudaMemcpyAsync";
+        } else if constexpr (std::is_same_v<T, traces::EventRecordOp>) {
+          slice.name = "cudaEventRecord";
+        } else if constexpr (std::is_same_v<T, traces::StreamWaitEventOp>) {
+          slice.name = "cudaStreamWaitEvent";
+        } else if constexpr (std::is_same_v<T, traces::StreamSynchronizeOp>) {
+          slice.name = "cudaStreamSynchronize";
+        } else if constexpr (std::is_same_v<T, traces::DeviceSynchronizeOp>) {
+          slice.name = "cudaDeviceSynchronize";
+        } else if constexpr (std::is_same_v<T, traces::EventSynchronizeOp>) {
+          slice.name = "cudaEventSynchronize";
+        } else {
+          slice.category = traces::Category::kCpuOp;
+          slice.name = op.name != traces::kNoName ? std::string(program.NameOf(op.name)) : "host work";
+        }
+      },
+      op.payload);
+  if (span.kind == HostSpanKind::kLaunch && op.name != traces::kNoName) {
+    slice.args.push_back({"kernel", std::string(program.NameOf(op.name))});
+  }
+  AddTags(program, op, slice);
+  sink_.OnSlice(slice);
+  // The launch -> kernel flow is written when the device span arrives; remember its start.
+  if (span.correlation >= 0) launch_starts_[FlowId(span.rank, span.correlation)] = span.start_ns;
+}
+
+void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
+  const traces::Program& program = schedule_.ProgramOf(span.rank);
+  const traces::Op& op = program.ops[static_cast<size_t>(span.op_index)];
+  traces::Slice slice;
+  slice.pid = span.rank;
+  slice.tid = span.stream + 1;
+  slice.ts_ns = span.start_ns;
+  slice.dur_ns = span.end_ns - span.start_ns;
+  slice.op_id = op.id;
+  slice.correlation = span.correlation;
+  slice.category = traces::Category::kKernel;
+  slice.args.push_back({"stream", int64_t{span.stream}});
+  if (const auto* coll = std::get_if<traces::CollectiveOp>(&op.payload)) {
+    const CollectiveRun& run = *span.collective;
+    const auto& comm = schedule_.communicators[static_cast<size_t>(run.communicator)];
+    slice.name = fmt::format("ncclDevKernel_{}_{}_{}", CollectiveKernelName(coll->type),
+                             NcclAlgorithmName(run.cost.algorithm), NcclProtocolName(run.cost.protocol));
+    traces::CollectiveInfo info;
+    info.collective_name = std::string(traces::CollectiveTypeName(coll->type));
+    info.process_group = comm.name;
+    info.dtype = std::string(traces::DTypeName(coll->dtype));
+    info.group_size = static_cast<int32_t>(comm.ranks.size());
+    info.seq = run.seq;
+    info.rank = span.rank;
+    // PyTorch reports element counts of this rank's input and output buffers.
+    const int64_t elements = coll->bytes / traces::DTypeSize(coll->dtype);
+    const int64_t group = std::max<int64_t>(1, info.group_size);
+    switch (coll->type) {
+      case traces::CollectiveType::kAllGather:
+        info.in_nelems = elements / group;
+        info.out_nelems = elements;
+        break;
+      case traces::CollectiveType::kReduceScatter:
+        info.in_nelems = elements;
+        info.out_nelems = elements / group;
+        break;
+      default:
+        info.in_nelems = elements;
+        info.out_nelems = elements;
+    }
+    slice.collective = info;
+    slice.args.push_back({"algorithm", std::string(NcclAlgorithmName(run.cost.algorithm))});
+    slice.args.push_back({"protocol", std::string(NcclProtocolName(run.cost.protocol))});
+    slice.args.push_back({"channels", int64_t{run.cost.channels}});
+    slice.args.push_back({"bytes", coll->bytes});
+    if (op.name != traces::kNoName) slice.args.push_back({"op", std::string(program.NameOf(op.name))});
+  } else if (const auto* copy = std::get_if<traces::MemcpyOp>(&op.payload)) {
+    static constexpr const char* kCopyNames[] = {"Memcpy HtoD (Pinned -> Device)",
+                                                 "Memcpy DtoH (Device -> Pinned)",
+                                                 "Memcpy DtoD (Device -> Device)"};
+    slice.name = kCopyNames[static_cast<int>(copy->kind)];
+    slice.category = traces::Category::kGpuMemcpy;
+    slice.args.push_back({"bytes", copy->bytes});
+  } else {
+    slice.name = op.name != traces::kNoName ? std::string(program.NameOf(op.name)) : "kernel";
+    const auto& kernel = std::get<traces::KernelOp>(op.payload);
+    const double flops = KernelFlops(kernel.compute);
+    if (flops > 0) slice.args.push_back({"flops", flops});
+    const double bytes = KernelBytes(kernel.compute);
+    if (bytes > 0) slice.args.push_back({"bytes", bytes});
+  }
+  AddTags(program, op, slice);
+  sink_.OnSlice(slice);
+  if (span.correlation >= 0) {
+    traces::Flow flow;
+    flow.id = FlowId(span.rank, span.correlation);
+    auto it = launch_starts_.find(flow.id);
+    flow.from_pid = span.rank;
+    flow.from_tid = 0;
+    flow.from_ts_ns = it != launch_starts_.end() ? it->second : span.start_ns;
+    if (it != launch_starts_.end()) launch_starts_.erase(it);
+    flow.to_pid = span.rank;
+    flow.to_tid = slice.tid;
+    flow.to_ts_ns = span.start_ns;
+    sink_.OnFlow(flow);
+  }
+}
+
+std::vector<int32_t> DefaultTraceRanks(const SimulationResult& result, int32_t gpus_per_node) {
+  std::vector<int32_t> ranks;
+  std::set<uint64_t> shown;
+  const int32_t world = static_cast<int32_t>(result.ranks.size());
+  for (int32_t rank = 0; rank < std::min(world, gpus_per_node); ++rank) {
+    ranks.push_back(rank);
+    shown.insert(result.ranks[static_cast<size_t>(rank)].timeline_hash);
+  }
+  for (int32_t rank = gpus_per_node; rank < world; ++rank) {
+    if (shown.insert(result.ranks[static_cast<size_t>(rank)].timeline_hash).second) ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+// ---- Report
+
+namespace {
+
+struct Figures {
+  double step_s = 0;
+  double tokens_per_second_per_gpu = 0;
+  double tflops_per_gpu = 0;
+  double mfu = 0;
+  double mean_compute_ns = 0, mean_comm_ns = 0, mean_overlap_ns = 0;
+  std::map<std::string, double> stream_busy_fraction;  // by stream name, mean over ranks
+};
+
+Figures ComputeFigures(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
+  Figures f;
+  f.step_s = static_cast<double>(result.makespan_ns) * 1e-9;
+  const double n = static_cast<double>(std::max<size_t>(1, result.ranks.size()));
+  std::map<std::string, double> busy;
+  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
+    const RankStats& r = result.ranks[rank];
+    f.mean_compute_ns += static_cast<double>(r.compute_ns) / n;
+    f.mean_comm_ns += static_cast<double>(r.comm_ns) / n;
+    f.mean_overlap_ns += static_cast<double>(r.overlap_ns) / n;
+    const traces::Program& program = schedule.ProgramOf(static_cast<int32_t>(rank));
+    for (size_t s = 0; s < r.streams.size(); ++s) busy[program.streams[s].name] += static_cast<double>(r.streams[s].busy_ns);
+  }
+  for (const auto& [name, ns] : busy) {
+    f.stream_busy_fraction[name] = result.makespan_ns > 0 ? ns / n / static_cast<double>(result.makespan_ns) : 0;
+  }
+  if (f.step_s > 0) {
+    f.tokens_per_second_per_gpu = static_cast<double>(setup.tokens_per_rank_step) / f.step_s;
+    f.tflops_per_gpu = setup.model_flops_per_rank_step / f.step_s * 1e-12;
+    const double peak = PeakFlops(setup.cluster.gpu, traces::ParseDType(
+        schedule.metadata.count("training.dtype") ? schedule.metadata.at("training.dtype") : "bf16")
+        .value_or(traces::DType::kBFloat16));
+    if (peak > 0) f.mfu = setup.model_flops_per_rank_step / f.step_s / peak;
+  }
+  return f;
+}
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+}  // namespace
+
+std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
+  const Figures f = ComputeFigures(schedule, setup, result);
+  nlohmann::ordered_json j;
+  j["shardscope_version"] = std::string(Version());
+  j["source"] = setup.label;
+  j["strategy"] = schedule.metadata.count("plan.strategy") ? schedule.metadata.at("plan.strategy") : "";
+  j["model"] = schedule.metadata.count("plan.model") ? schedule.metadata.at("plan.model") : "";
+  j["world_size"] = schedule.world_size();
+  j["cluster"] = {{"name", setup.cluster.name},
+                  {"gpu", setup.cluster.gpu.name},
+                  {"nodes", setup.cluster.nodes},
+                  {"gpus_per_node", setup.cluster.gpus_per_node}};
+  j["step_time_ns"] = result.makespan_ns;
+  j["tokens_per_second_per_gpu"] = f.tokens_per_second_per_gpu;
+  j["tflops_per_gpu"] = f.tflops_per_gpu;
+  j["mfu"] = f.mfu;
+  j["compute_ns"] = static_cast<int64_t>(std::llround(f.mean_compute_ns));
+  j["comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns));
+  j["exposed_comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns - f.mean_overlap_ns));
+  j["overlap_ratio"] = Ratio(f.mean_overlap_ns, f.mean_comm_ns);
+  j["stream_busy_fraction"] = f.stream_busy_fraction;
+  j["hang"] = result.hung;
+  nlohmann::ordered_json blocked = nlohmann::ordered_json::array();
+  for (const BlockedRank& b : result.blocked) {
+    blocked.push_back({{"rank", b.rank}, {"host", b.host}, {"streams", b.streams}});
+  }
+  j["blocked"] = blocked;
+  j["simulator"] = {{"ops_executed", result.ops_executed}, {"events_processed", result.events_processed}};
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
+    const RankStats& r = result.ranks[rank];
+    const traces::Program& program = schedule.ProgramOf(static_cast<int32_t>(rank));
+    nlohmann::ordered_json streams = nlohmann::ordered_json::object();
+    for (size_t s = 0; s < r.streams.size(); ++s) streams[program.streams[s].name] = r.streams[s].busy_ns;
+    ranks.push_back({{"rank", rank},
+                     {"step_time_ns", r.end_ns},
+                     {"compute_ns", r.compute_ns},
+                     {"comm_ns", r.comm_ns},
+                     {"overlap_ns", r.overlap_ns},
+                     {"exposed_comm_ns", r.comm_ns - r.overlap_ns},
+                     {"overlap_ratio", Ratio(static_cast<double>(r.overlap_ns), static_cast<double>(r.comm_ns))},
+                     {"host_busy_ns", r.host_busy_ns},
+                     {"host_blocked_ns", r.host_blocked_ns},
+                     {"stream_busy_ns", streams},
+                     {"finished", r.finished}});
+  }
+  j["ranks"] = ranks;
+  return j.dump(2) + "\n";
+}
+
+std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
+  const Figures f = ComputeFigures(schedule, setup, result);
+  std::string out;
+  out += fmt::format("{}: {} ranks on {} x {} ({})\n", setup.label, schedule.world_size(), setup.cluster.nodes,
+                     setup.cluster.name, setup.cluster.gpu.name);
+  out += fmt::format("  step time            {:>12.3f} ms\n", static_cast<double>(result.makespan_ns) * 1e-6);
+  if (setup.tokens_per_rank_step > 0) {
+    out += fmt::format("  tokens/s per GPU     {:>12.1f}\n", f.tokens_per_second_per_gpu);
+    out += fmt::format("  model TFLOP/s per GPU{:>12.1f}   MFU {:.1f}%\n", f.tflops_per_gpu, 100 * f.mfu);
+  }
+  out += fmt::format("  compute busy         {:>12.3f} ms\n", f.mean_compute_ns * 1e-6);
+  out += fmt::format("  communication        {:>12.3f} ms   overlapped {:.1f}%   exposed {:.3f} ms\n",
+                     f.mean_comm_ns * 1e-6, 100 * Ratio(f.mean_overlap_ns, f.mean_comm_ns),
+                     (f.mean_comm_ns - f.mean_overlap_ns) * 1e-6);
+  out += "  stream busy:";
+  for (const auto& [name, fraction] : f.stream_busy_fraction) out += fmt::format("  {} {:.1f}%", name, 100 * fraction);
+  out += "\n";
+  if (result.hung) {
+    out += fmt::format("  HANG: {} rank(s) cannot finish\n", result.blocked.size());
+    for (size_t i = 0; i < std::min<size_t>(result.blocked.size(), 8); ++i) {
+      const BlockedRank& b = result.blocked[i];
+      out += fmt::format("    rank {}: host {}\n", b.rank, b.host);
+      for (const std::string& s : b.streams) out += fmt::format("      {}\n", s);
+    }
+  }
+  return out;
+}
+
+}  // namespace shardscope::sim
