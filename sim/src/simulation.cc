@@ -75,6 +75,23 @@ class MetadataReader {
   const std::string& label_;
 };
 
+// The c10::ScalarType names PyTorch's profiler writes in the "dtype" arg.
+std::string_view TorchScalarTypeName(traces::DType dtype) {
+  switch (dtype) {
+    case traces::DType::kFloat32: return "Float";
+    case traces::DType::kTFloat32: return "Float";
+    case traces::DType::kBFloat16: return "BFloat16";
+    case traces::DType::kFloat16: return "Half";
+    case traces::DType::kFloat8E4M3: return "Float8_e4m3fn";
+    case traces::DType::kFloat8E5M2: return "Float8_e5m2";
+    case traces::DType::kInt8: return "Char";
+    case traces::DType::kInt32: return "Int";
+    case traces::DType::kInt64: return "Long";
+    case traces::DType::kFloat64: return "Double";
+  }
+  return "Unknown";
+}
+
 std::string_view CollectiveKernelName(traces::CollectiveType type) {
   switch (type) {
     case traces::CollectiveType::kAllGather: return "AllGather";
@@ -104,6 +121,8 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["cluster.intra_node_bandwidth"] = Num(c.intra_node_bandwidth);
   m["cluster.inter_node_bandwidth"] = Num(c.inter_node_bandwidth);
   m["cluster.nics_per_node"] = std::to_string(c.nics_per_node);
+  m["cluster.cpu_vendor"] = std::to_string(static_cast<int>(c.cpu_vendor));
+  m["cluster.gpu_direct_rdma"] = c.gpu_direct_rdma ? "1" : "0";
   m["gpu.name"] = g.name;
   m["gpu.arch"] = std::to_string(static_cast<int>(g.arch));
   m["gpu.sm_count"] = std::to_string(g.sm_count);
@@ -151,6 +170,15 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("cluster.intra_node_bandwidth", c.intra_node_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("cluster.inter_node_bandwidth", c.inter_node_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.nics_per_node", c.nics_per_node));
+  int32_t cpu_vendor = static_cast<int32_t>(c.cpu_vendor), rdma = c.gpu_direct_rdma ? 1 : 0;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.cpu_vendor", cpu_vendor));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.gpu_direct_rdma", rdma));
+  if (cpu_vendor < 0 || cpu_vendor > static_cast<int32_t>(CpuVendor::kAmd) || (rdma != 0 && rdma != 1)) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata: cluster.cpu_vendor must be 0 (Intel) or 1 (AMD) and cluster.gpu_direct_rdma 0 or 1", label));
+  }
+  c.cpu_vendor = static_cast<CpuVendor>(cpu_vendor);
+  c.gpu_direct_rdma = rdma == 1;
   g.name = md.String("gpu.name", g.name);
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.arch", arch));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.sm_count", g.sm_count));
@@ -331,7 +359,7 @@ void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
     traces::CollectiveInfo info;
     info.collective_name = std::string(traces::CollectiveTypeName(coll->type));
     info.process_group = comm.name;
-    info.dtype = std::string(traces::DTypeName(coll->dtype));
+    info.dtype = std::string(TorchScalarTypeName(coll->dtype));
     info.group_size = static_cast<int32_t>(comm.ranks.size());
     info.seq = run.seq;
     info.rank = span.rank;

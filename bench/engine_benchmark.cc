@@ -1,0 +1,149 @@
+// Simulator speed: raw engine throughput (simulated ops per second on one core) and a
+// whole Llama-3-70B FSDP2 step at 128, 1,024 and 8,192 GPUs, lowering and simulation timed
+// separately, with the process's peak RSS. Run one world size per process for a clean RSS:
+//   build/bin/shardscope_bench --benchmark_filter='Llama70bFsdp2Step/1024'
+#include <sys/resource.h>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "shardscope/sim/engine.h"
+#include "shardscope/sim/lowering.h"
+#include "shardscope/sim/plan.h"
+#include "shardscope/sim/simulation.h"
+
+namespace shardscope::sim {
+namespace {
+
+double PeakRssMiB() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+// A schedule of `ranks` ranks, each issuing `blocks` repetitions of: two kernels on the
+// compute stream, an event handing over to a comm stream, an all-gather there, and a wait
+// back: the op mix of an FSDP forward without the allocations.
+traces::Schedule SyntheticSchedule(int32_t ranks, int32_t blocks) {
+  traces::Schedule schedule;
+  traces::Program program;
+  program.name = "synthetic";
+  program.streams = {{"compute", 0}, {"comm", -1}};
+  program.events = {"ready", "done"};
+  program.comm_slots = {"world"};
+  int64_t id = 0;
+  auto add = [&](traces::OpPayload payload) {
+    traces::Op op;
+    op.id = id++;
+    op.payload = payload;
+    program.ops.push_back(op);
+  };
+  for (int32_t b = 0; b < blocks; ++b) {
+    add(traces::KernelOp{0, traces::FixedDurationDesc{20'000}});
+    add(traces::EventRecordOp{0, 0});
+    add(traces::StreamWaitEventOp{1, 0});
+    traces::CollectiveOp coll;
+    coll.type = traces::CollectiveType::kAllGather;
+    coll.stream = 1;
+    coll.bytes = 1 << 20;
+    add(coll);
+    add(traces::EventRecordOp{1, 1});
+    add(traces::KernelOp{0, traces::FixedDurationDesc{30'000}});
+    add(traces::StreamWaitEventOp{0, 1});
+  }
+  schedule.programs.push_back(std::move(program));
+  traces::Communicator world{"world", {}};
+  for (int32_t r = 0; r < ranks; ++r) {
+    world.ranks.push_back(r);
+    schedule.ranks.push_back({0, {}});
+  }
+  schedule.communicators.push_back(world);
+  (void)schedule.ResolveBindings();
+  return schedule;
+}
+
+class FixedCosts : public CostProvider {
+ public:
+  int64_t KernelNs(const traces::ComputeDesc& desc) const override {
+    return std::get<traces::FixedDurationDesc>(desc).duration_ns;
+  }
+  int64_t MemcpyNs(traces::MemcpyKind, int64_t bytes) const override { return bytes; }
+  CollectiveCost Collective(traces::CollectiveType, int64_t bytes, int32_t) const override {
+    CollectiveCost cost;
+    cost.duration_ns = bytes / 100;
+    return cost;
+  }
+};
+
+void BM_SimulatedOpsPerSecond(benchmark::State& state) {
+  const auto ranks = static_cast<int32_t>(state.range(0));
+  const traces::Schedule schedule = SyntheticSchedule(ranks, 2000);
+  FixedCosts costs;
+  EngineConfig config;
+  config.launch_overhead_ns = 4000;
+  config.compute_slowdown = 0.1;
+  config.comm_slowdown = 0.1;
+  int64_t ops = 0;
+  for (auto _ : state) {
+    auto result = Simulate(schedule, costs, config, nullptr);
+    if (!result.ok()) state.SkipWithError(result.status().message().c_str());
+    ops += result->ops_executed;
+    benchmark::DoNotOptimize(result->makespan_ns);
+  }
+  state.SetItemsProcessed(ops);
+  state.counters["ops_per_step"] = static_cast<double>(ops) / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_SimulatedOpsPerSecond)->Arg(8)->Arg(64)->Unit(benchmark::kMillisecond);
+
+// Llama-3-70B, FSDP2 full shard, seq 8192, micro-batch 1, on `gpus` H100s (dgx-h100 nodes).
+void BM_Llama70bFsdp2Step(benchmark::State& state) {
+  const auto gpus = static_cast<int32_t>(state.range(0));
+  const std::string yaml = fmt::format(
+      "model: llama3-70b\n"
+      "cluster: {{preset: dgx-h100, nodes: {}}}\n"
+      "strategy: fsdp2\n"
+      "training: {{seq_len: 8192, micro_batch_size: 1}}\n",
+      gpus / 8);
+  StatusOr<Plan> plan = ParsePlan(yaml, "<bench>");
+  if (!plan.ok()) {
+    state.SkipWithError(plan.status().message().c_str());
+    return;
+  }
+  double lower_s = 0, simulate_s = 0;
+  int64_t ops = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<traces::Schedule> schedule = LowerPlan(*plan);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!schedule.ok()) {
+      state.SkipWithError(schedule.status().message().c_str());
+      return;
+    }
+    StatusOr<SimulationSetup> setup = SetupFromSchedule(*schedule, "<bench>");
+    ClusterCostProvider costs(*schedule, setup->cluster);
+    auto result = Simulate(*schedule, costs, EngineConfigFor(*setup), nullptr);
+    const auto t2 = std::chrono::steady_clock::now();
+    if (!result.ok()) {
+      state.SkipWithError(result.status().message().c_str());
+      return;
+    }
+    lower_s += std::chrono::duration<double>(t1 - t0).count();
+    simulate_s += std::chrono::duration<double>(t2 - t1).count();
+    ops += result->ops_executed;
+    benchmark::DoNotOptimize(result->makespan_ns);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.SetItemsProcessed(ops);
+  state.counters["lower_ms"] = lower_s / n * 1e3;
+  state.counters["simulate_ms"] = simulate_s / n * 1e3;
+  state.counters["ops_per_rank"] = static_cast<double>(ops) / n / gpus;
+  state.counters["peak_rss_MiB"] = PeakRssMiB();
+}
+BENCHMARK(BM_Llama70bFsdp2Step)->Arg(128)->Arg(1024)->Arg(8192)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+}  // namespace shardscope::sim
+
+BENCHMARK_MAIN();
