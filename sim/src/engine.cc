@@ -29,13 +29,14 @@ using traces::Op;
 using traces::Program;
 
 // A device work item waiting in a stream's FIFO.
+// Every op is issued once per step, so the op index doubles as the launch's correlation id.
 struct QueueItem {
   int32_t op_index = 0;
   // EventRecord: record index. StreamWaitEvent: captured record (-1: none).
   // Collective: per-(rank, communicator) serialization index.
-  int64_t aux = 0;
+  int32_t aux = 0;
   int64_t ready_ns = 0;        // when its launch returned on the host
-  int64_t correlation = -1;
+  int64_t correlation() const { return op_index; }
 };
 
 struct StreamState {
@@ -48,7 +49,7 @@ struct StreamState {
   bool Idle() const { return queue.empty() && running_activity < 0; }
 };
 
-enum class HostWait : uint8_t { kNone, kResumeScheduled, kStream, kDevice, kRecord, kDone };
+enum class HostWait : uint8_t { kNone, kResumeScheduled, kStream, kDevice, kRecord, kQueueFull, kDone };
 
 struct HostState {
   int32_t pc = 0;
@@ -56,6 +57,7 @@ struct HostState {
   HostWait wait = HostWait::kNone;
   int64_t wait_target = 0;        // stream index or record index
   int64_t wait_start = 0;
+  int64_t launch_blocked_since = -1;  // the pending launch blocked on a full queue since
 };
 
 // Per (rank, communicator): NCCL serializes a communicator's work on each member.
@@ -77,7 +79,6 @@ struct RankState {
   std::vector<int32_t> active_compute;     // running compute activities
   std::vector<int32_t> active_comm;        // running collective activities
   int64_t last_change_ns = 0;              // for integrating compute/comm/overlap time
-  int64_t next_correlation = 0;
   RankStats stats;
   bool want_trace = false;
 };
@@ -85,8 +86,7 @@ struct RankState {
 struct Participant {
   int32_t rank = 0;
   int32_t stream = 0;
-  int32_t op_index = 0;
-  int64_t correlation = -1;
+  int32_t op_index = 0;  // also the launch's correlation id
 };
 
 enum class ActivityKind : uint8_t { kCompute, kComm, kCopy };
@@ -174,6 +174,7 @@ class Engine {
   void OnStreamIdle(RankState& r, int32_t stream);
   void WakeNextOnLane(RankState& r, const CommLane* lane);
   void UnblockHost(RankState& r);
+  void PopFront(RankState& r, int32_t stream);
   void ArriveCollective(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
   void ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
   void StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
@@ -308,26 +309,47 @@ void Engine::RunHost(RankState& r) {
           if constexpr (std::is_same_v<T, traces::KernelOp> ||
                         std::is_same_v<T, traces::MemcpyOp> ||
                         std::is_same_v<T, traces::CollectiveOp>) {
+            const StreamState& target = r.streams[static_cast<size_t>(payload.stream)];
+            if (config_.max_queued_per_stream > 0 &&
+                target.queue.size() >= static_cast<size_t>(config_.max_queued_per_stream)) {
+              // The stream's launch queue is full: cudaLaunchKernel blocks until its oldest
+              // item retires. Whether it is still full is a question about the device at
+              // time t, so let the global clock catch up first.
+              if (t > now_) {
+                host.wait = HostWait::kResumeScheduled;
+                Push(t, HostResume{r.rank});
+              } else {
+                host.wait = HostWait::kQueueFull;
+                host.wait_target = payload.stream;
+                if (host.launch_blocked_since < 0) host.launch_blocked_since = t;
+              }
+              yielded = true;
+              return;
+            }
             const int64_t end = t + config_.launch_overhead_ns;
-            QueueItem item{pc, 0, end, r.next_correlation++};
+            QueueItem item{pc, 0, end};
             if constexpr (std::is_same_v<T, traces::CollectiveOp>) {
               CommLane& lane = r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(payload.comm)])];
-              item.aux = lane.issued++;
+              item.aux = static_cast<int32_t>(lane.issued++);
             }
-            EmitHost(r, pc, HostSpanKind::kLaunch, t, end, item.correlation);
+            const int64_t start = host.launch_blocked_since >= 0 ? host.launch_blocked_since : t;
+            host.launch_blocked_since = -1;
+            r.stats.host_blocked_ns += t - start;
+            r.stats.host_busy_ns -= t - start;  // EmitHost counts the whole span as busy
+            EmitHost(r, pc, HostSpanKind::kLaunch, start, end, item.correlation());
             host.clock = end;
             Enqueue(r, payload.stream, item);
           } else if constexpr (std::is_same_v<T, traces::EventRecordOp>) {
-            const int64_t record = static_cast<int64_t>(r.record_done.size());
+            const auto record = static_cast<int32_t>(r.record_done.size());
             r.record_done.push_back(-1);
             r.event_last_record[static_cast<size_t>(payload.event)] = record;
             EmitHost(r, pc, HostSpanKind::kApiCall, t, t, -1);
-            Enqueue(r, payload.stream, QueueItem{pc, record, t, -1});
+            Enqueue(r, payload.stream, QueueItem{pc, record, t});
           } else if constexpr (std::is_same_v<T, traces::StreamWaitEventOp>) {
             const int64_t record = r.event_last_record[static_cast<size_t>(payload.event)];
             EmitHost(r, pc, HostSpanKind::kApiCall, t, t, -1);
             // CUDA: waiting on an event that was never recorded completes at once.
-            if (record >= 0) Enqueue(r, payload.stream, QueueItem{pc, record, t, -1});
+            if (record >= 0) Enqueue(r, payload.stream, QueueItem{pc, static_cast<int32_t>(record), t});
           } else if constexpr (std::is_same_v<T, traces::HostWorkOp>) {
             EmitHost(r, pc, HostSpanKind::kHostWork, t, t + payload.duration_ns, -1);
             host.clock = t + payload.duration_ns;
@@ -388,6 +410,17 @@ void Engine::UnblockHost(RankState& r) {
   Push(now_, HostResume{r.rank});
 }
 
+// Retires a stream's head item; a host blocked on that stream's full queue may launch again.
+void Engine::PopFront(RankState& r, int32_t stream) {
+  r.streams[static_cast<size_t>(stream)].queue.pop_front();
+  HostState& host = r.host;
+  if (host.wait == HostWait::kQueueFull && host.wait_target == stream) {
+    host.clock = now_;
+    host.wait = HostWait::kResumeScheduled;
+    Push(now_, HostResume{r.rank});
+  }
+}
+
 // ---- Streams
 
 void Engine::Enqueue(RankState& r, int32_t stream, QueueItem item) {
@@ -441,21 +474,21 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
       return;
     }
     if (std::holds_alternative<traces::EventRecordOp>(op.payload)) {
-      s.queue.pop_front();
+      PopFront(r, stream);
       r.record_done[static_cast<size_t>(item.aux)] = now_;
       OnRecordDone(r, item.aux);
       continue;
     }
     if (std::holds_alternative<traces::StreamWaitEventOp>(op.payload)) {
       if (r.record_done[static_cast<size_t>(item.aux)] >= 0) {
-        s.queue.pop_front();
+        PopFront(r, stream);
         continue;
       }
       s.waiting_record = item.aux;
       return;
     }
     // Nothing else is ever enqueued.
-    s.queue.pop_front();
+    PopFront(r, stream);
   }
 }
 
@@ -464,7 +497,7 @@ void Engine::OnRecordDone(RankState& r, int64_t record) {
     StreamState& other = r.streams[i];
     if (other.waiting_record == record) {
       other.waiting_record = -1;
-      other.queue.pop_front();
+      PopFront(r, static_cast<int32_t>(i));
       AdvanceStream(r, static_cast<int32_t>(i));
     }
   }
@@ -508,7 +541,7 @@ void Engine::ArriveCollective(RankState& r, int32_t stream, const QueueItem& ite
   } else if (op.type != rv.first->type || op.bytes != rv.first->bytes || op.dtype != rv.first->dtype) {
     rv.mismatch = true;  // NCCL would hang or corrupt memory: never start it
   }
-  rv.arrived.push_back(Participant{r.rank, stream, item.op_index, item.correlation});
+  rv.arrived.push_back(Participant{r.rank, stream, item.op_index});
   const auto& members = schedule_.communicators[static_cast<size_t>(comm)].ranks;
   if (rv.arrived.size() < members.size() || rv.mismatch) return;
   std::vector<Participant> participants = std::move(rv.arrived);
@@ -523,7 +556,7 @@ void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, cons
   const bool is_send = op.type == CollectiveType::kSend;
   P2pKey key{comm, is_send ? r.rank : op.peer, is_send ? op.peer : r.rank};
   P2pPending& pending = p2p_[key];
-  Participant me{r.rank, stream, item.op_index, item.correlation};
+  Participant me{r.rank, stream, item.op_index};
   if (is_send) {
     pending.has_send = true;
     pending.send = me;
@@ -587,7 +620,7 @@ void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, i
   a.remaining = static_cast<double>(work_ns);
   a.start_ns = now_;
   a.last_update = now_;
-  a.members.assign(1, Participant{r.rank, stream, item.op_index, item.correlation});
+  a.members.assign(1, Participant{r.rank, stream, item.op_index});
   r.streams[static_cast<size_t>(stream)].running_activity = id;
   a.rate = 0;
   if (kind == ActivityKind::kCopy) {
@@ -629,7 +662,7 @@ void Engine::FinishActivity(int32_t id) {
     StreamState& s = r.streams[static_cast<size_t>(p.stream)];
     s.running_activity = -1;
     s.at_rendezvous = false;
-    s.queue.pop_front();
+    PopFront(r, p.stream);
     StreamStats& stats = r.stats.streams[static_cast<size_t>(p.stream)];
     stats.busy_ns += now_ - start;
     ++stats.ops;
@@ -741,7 +774,7 @@ void Engine::EmitDevice(RankState& r, const Participant& p, int64_t start, int64
       HashCombine(r.stats.timeline_hash, static_cast<uint64_t>(p.op_index) << 8 | static_cast<uint64_t>(p.stream)),
       static_cast<uint64_t>(start) * 31u + static_cast<uint64_t>(end));
   if (r.want_trace) {
-    observer_->OnDeviceSpan(DeviceSpan{r.rank, p.stream, p.op_index, start, end, p.correlation, run});
+    observer_->OnDeviceSpan(DeviceSpan{r.rank, p.stream, p.op_index, start, end, p.op_index, run});
   }
 }
 
@@ -765,6 +798,7 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
     case HostWait::kStream:
     case HostWait::kDevice:
     case HostWait::kRecord:
+    case HostWait::kQueueFull:
       blocked.host = "blocked in " + DescribeOp(r, r.host.pc);
       break;
     default: blocked.host = fmt::format("at op index {}", r.host.pc); break;

@@ -299,6 +299,23 @@ TEST(EngineTest, MissingPeerHangs) {
   EXPECT_TRUE(result.ranks[1].finished);
 }
 
+TEST(EngineTest, FullLaunchQueueBlocksTheHost) {
+  // At most 2 items per stream. K1 launch [0,10] runs 10..110; K2 launch [10,20] queues
+  // behind it; K3's launch at 20 finds 2 items queued and returns only when K1 retires at
+  // 110 (launch span 20..120); K2 runs 110..210, K3 210..310.
+  Builder b(1);
+  b.Kernel(0, 0, 100).Kernel(0, 0, 100).Kernel(0, 0, 100);
+  Recorder rec(b.schedule);
+  EngineConfig config = Launch10();
+  config.max_queued_per_stream = 2;
+  SimulationResult result = b.Run(config, &rec);
+  EXPECT_EQ(rec.host.at({0, 2}), std::make_pair(int64_t{20}, int64_t{120}));
+  EXPECT_EQ(rec.device.at({0, 1}), std::make_pair(int64_t{110}, int64_t{210}));
+  EXPECT_EQ(rec.device.at({0, 2}), std::make_pair(int64_t{210}, int64_t{310}));
+  EXPECT_EQ(result.ranks[0].host_blocked_ns, 90);
+  EXPECT_EQ(result.ranks[0].host_busy_ns, 30);
+}
+
 TEST(EngineTest, IdenticalRanksHashEqualAndRunsAreDeterministic) {
   Builder b(2);
   for (int r = 0; r < 2; ++r) b.Kernel(r, 0, 100).Coll(r, 1, 70).Kernel(r, 0, 33);

@@ -141,6 +141,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["host.launch_overhead_ns"] = std::to_string(plan.host.launch_overhead_ns);
   m["host.hook_overhead_ns"] = std::to_string(plan.host.hook_overhead_ns);
   m["host.python_op_overhead_ns"] = std::to_string(plan.host.python_op_overhead_ns);
+  m["host.max_queued_launches_per_stream"] = std::to_string(plan.host.max_queued_launches_per_stream);
   m["training.dtype"] = std::string(traces::DTypeName(plan.training.dtype));
 }
 
@@ -217,8 +218,11 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.launch_overhead_ns", setup.host.launch_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.hook_overhead_ns", setup.host.hook_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.python_op_overhead_ns", setup.host.python_op_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      md.Int32("host.max_queued_launches_per_stream", setup.host.max_queued_launches_per_stream));
   if (setup.contention.compute_slowdown < 0 || setup.contention.comm_slowdown < 0 ||
-      setup.host.launch_overhead_ns < 0) {
+      setup.host.launch_overhead_ns < 0 || setup.host.hook_overhead_ns < 0 ||
+      setup.host.python_op_overhead_ns < 0 || setup.host.max_queued_launches_per_stream < 0) {
     return Status::InvalidInput(fmt::format("{}: /metadata: contention and host costs must be >= 0", label));
   }
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("model.flops_per_rank_step", setup.model_flops_per_rank_step));
@@ -253,6 +257,7 @@ CollectiveCost ClusterCostProvider::Collective(traces::CollectiveType type, int6
 EngineConfig EngineConfigFor(const SimulationSetup& setup) {
   EngineConfig config;
   config.launch_overhead_ns = setup.host.launch_overhead_ns;
+  config.max_queued_per_stream = setup.host.max_queued_launches_per_stream;
   config.compute_slowdown = setup.contention.compute_slowdown;
   config.comm_slowdown = setup.contention.comm_slowdown;
   return config;

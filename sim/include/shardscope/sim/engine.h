@@ -57,6 +57,9 @@ enum class ComputeSharing : uint8_t {
 
 struct EngineConfig {
   int64_t launch_overhead_ns = 0;   // host time per kernel / collective / memcpy launch
+  // Work items (launches, event records and waits) a stream holds before the next launch
+  // onto it blocks the host until the oldest retires; 0 = unlimited. See HostConfig.
+  int32_t max_queued_per_stream = 0;
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;
