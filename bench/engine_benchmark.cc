@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/lowering.h"
@@ -111,8 +112,9 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     state.SkipWithError(plan.status().message().c_str());
     return;
   }
+  if (const char* q = std::getenv("SHARDSCOPE_BENCH_QUEUE")) plan->host.max_queued_launches_per_stream = std::atoi(q);
   double lower_s = 0, simulate_s = 0;
-  int64_t ops = 0;
+  int64_t ops = 0, events = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     StatusOr<traces::Schedule> schedule = LowerPlan(*plan);
@@ -132,9 +134,11 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     lower_s += std::chrono::duration<double>(t1 - t0).count();
     simulate_s += std::chrono::duration<double>(t2 - t1).count();
     ops += result->ops_executed;
+    events += result->events_processed;
     benchmark::DoNotOptimize(result->makespan_ns);
   }
   const double n = static_cast<double>(state.iterations());
+  state.counters["events_per_op"] = static_cast<double>(events) / static_cast<double>(ops);
   state.SetItemsProcessed(ops);
   state.counters["lower_ms"] = lower_s / n * 1e3;
   state.counters["simulate_ms"] = simulate_s / n * 1e3;

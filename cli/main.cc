@@ -122,6 +122,15 @@ Status RunSimulate(const SimulateOptions& options) {
   sim::ClusterCostProvider costs(schedule, setup.cluster);
   const sim::EngineConfig config = sim::EngineConfigFor(setup);
 
+  // Everything that can reject the input happens before anything is written.
+  std::vector<int32_t> first_ranks;
+  const bool by_default = options.trace_ranks == "default";
+  if (by_default) {
+    for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
+  } else {
+    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseRankList(options.trace_ranks, schedule.world_size()));
+  }
+
   std::error_code ec;
   std::filesystem::create_directories(options.out_dir, ec);
   if (ec) return Status::IoError(fmt::format("cannot create '{}': {}", options.out_dir, ec.message()));
@@ -135,13 +144,6 @@ Status RunSimulate(const SimulateOptions& options) {
   // The default trace shows the first node, then any rank whose timeline differs from every
   // rank shown; that is only known after a run, so such ranks are traced in a second run
   // (the engine is deterministic, so both runs agree).
-  std::vector<int32_t> first_ranks;
-  const bool by_default = options.trace_ranks == "default";
-  if (by_default) {
-    for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
-  } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseRankList(options.trace_ranks, schedule.world_size()));
-  }
   if (!options.quiet) {
     std::cerr << fmt::format("shardscope: simulating {} ranks, {} ops per rank\n", schedule.world_size(),
                              schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size());

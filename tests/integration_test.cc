@@ -1,0 +1,216 @@
+// Plan -> schedule -> simulation, end to end, checked against closed forms and invariants.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "shardscope/sim/lowering.h"
+#include "shardscope/sim/plan.h"
+#include "shardscope/sim/simulation.h"
+#include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/schedule_json.h"
+
+namespace shardscope {
+namespace {
+
+using sim::Plan;
+using traces::Schedule;
+
+Plan MustParse(const std::string& yaml) {
+  StatusOr<Plan> plan = sim::ParsePlan(yaml, "<test>");
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return *plan;
+}
+
+Schedule MustLower(const Plan& plan) {
+  StatusOr<Schedule> schedule = sim::LowerPlan(plan);
+  EXPECT_TRUE(schedule.ok()) << schedule.status().message();
+  return *schedule;
+}
+
+struct SimRun {
+  sim::SimulationSetup setup;
+  sim::SimulationResult result;
+  traces::Timeline timeline;
+  std::string report;
+};
+
+SimRun MustSimulate(const Schedule& schedule, std::vector<int32_t> trace_ranks = {0}) {
+  SimRun run;
+  StatusOr<sim::SimulationSetup> setup = sim::SetupFromSchedule(schedule, "<test>");
+  EXPECT_TRUE(setup.ok()) << setup.status().message();
+  run.setup = *setup;
+  sim::ClusterCostProvider costs(schedule, run.setup.cluster);
+  sim::TraceRecorder recorder(schedule, trace_ranks, run.timeline);
+  StatusOr<sim::SimulationResult> result = sim::Simulate(schedule, costs, sim::EngineConfigFor(run.setup), &recorder);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  run.result = *result;
+  run.report = sim::ReportJson(schedule, run.setup, run.result);
+  return run;
+}
+
+std::string TinyModel() {
+  return "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}\n";
+}
+
+// Sum of collective bytes in rank 0's program, by collective type.
+std::map<traces::CollectiveType, int64_t> CollectiveBytes(const Schedule& schedule) {
+  std::map<traces::CollectiveType, int64_t> bytes;
+  for (const traces::Op& op : schedule.ProgramOf(0).ops) {
+    if (const auto* c = std::get_if<traces::CollectiveOp>(&op.payload)) bytes[c->type] += c->bytes;
+  }
+  return bytes;
+}
+
+// Parameters padded the way FSDP2 shards them: each tensor to a multiple of the world size.
+int64_t PaddedParams(const Plan& plan, bool blocks_only) {
+  const int64_t w = plan.cluster.world_size();
+  int64_t total = 0;
+  for (const sim::ModuleKernels& m : sim::DecomposeModel(plan.model, {plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype})) {
+    if (blocks_only && m.name.rfind("layers.", 0) != 0) continue;
+    for (const sim::ParamTensor& p : m.params) total += (p.numel + w - 1) / w * w;
+  }
+  return total;
+}
+
+class StrategyMatrix : public ::testing::TestWithParam<std::tuple<std::string, std::string, int, bool>> {};
+
+// Every combination lowers to a valid schedule that finishes without hanging and whose
+// report is self-consistent.
+TEST_P(StrategyMatrix, LowersValidSchedulesThatFinish) {
+  const auto& [strategy, ac, accum, reshard] = GetParam();
+  std::string yaml = TinyModel() + "cluster: {preset: dgx-h100, nodes: 2}\nstrategy: " + strategy + "\n" +
+                     fmt::format("training: {{seq_len: 128, micro_batch_size: 2, grad_accum_steps: {}, "
+                                 "activation_checkpointing: {}}}\n", accum, ac);
+  if (strategy == "fsdp2") yaml += fmt::format("fsdp2: {{reshard_after_forward: {}}}\n", reshard);
+  const Schedule schedule = MustLower(MustParse(yaml));
+  ASSERT_TRUE(traces::ValidateSchedule(schedule).ok()) << traces::ValidateSchedule(schedule).message();
+  const SimRun run = MustSimulate(schedule);
+  EXPECT_FALSE(run.result.hung);
+  for (const sim::RankStats& r : run.result.ranks) {
+    EXPECT_TRUE(r.finished);
+    EXPECT_LE(r.overlap_ns, std::min(r.compute_ns, r.comm_ns));
+    EXPECT_LE(r.end_ns, run.result.makespan_ns);
+    EXPECT_GT(r.compute_ns, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StrategyMatrix,
+                         ::testing::Combine(::testing::Values("fsdp2", "ddp"), ::testing::Values("none", "full"),
+                                            ::testing::Values(1, 3), ::testing::Bool()));
+
+TEST(ClosedForm, Fsdp2FullShardMovesThreePsi) {
+  // ZeRO paper: full sharding moves 3Ψ per step: all-gather in forward (Ψ) and backward
+  // (Ψ), reduce-scatter (Ψ). FSDP2 keeps the root unsharded after forward, so the
+  // backward all-gather covers the blocks only. Params in bf16 (2 B), gradients reduced in
+  // fp32 (4 B).
+  const Plan plan = MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"
+                                            "training: {seq_len: 128, micro_batch_size: 1}\n");
+  const auto bytes = CollectiveBytes(MustLower(plan));
+  const int64_t psi = PaddedParams(plan, false), blocks = PaddedParams(plan, true);
+  EXPECT_EQ(bytes.at(traces::CollectiveType::kAllGather), 2 * (psi + blocks));
+  EXPECT_EQ(bytes.at(traces::CollectiveType::kReduceScatter), 4 * psi);
+}
+
+TEST(ClosedForm, Fsdp2WithoutReshardMovesTwoPsi) {
+  const Plan plan = MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"
+                                            "training: {seq_len: 128, micro_batch_size: 1}\n"
+                                            "fsdp2: {reshard_after_forward: false}\n");
+  const auto bytes = CollectiveBytes(MustLower(plan));
+  const int64_t psi = PaddedParams(plan, false);
+  EXPECT_EQ(bytes.at(traces::CollectiveType::kAllGather), 2 * psi);
+  EXPECT_EQ(bytes.at(traces::CollectiveType::kReduceScatter), 4 * psi);
+}
+
+TEST(ClosedForm, DdpAllReducesEveryGradientOncePerMicroBatch) {
+  const Plan plan = MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: ddp\n"
+                                            "training: {seq_len: 128, micro_batch_size: 1, grad_accum_steps: 2}\n");
+  const auto bytes = CollectiveBytes(MustLower(plan));
+  EXPECT_EQ(bytes.at(traces::CollectiveType::kAllReduce), 2 * 4 * sim::ParameterCount(plan.model));
+  EXPECT_EQ(bytes.count(traces::CollectiveType::kAllGather), 0u);
+}
+
+TEST(ClosedForm, ModelFlopsInReportMatchSixNPlusAttention) {
+  const Plan plan = MustParse("model: llama3-8b\ncluster: {preset: dgx-h100, nodes: 1}\nstrategy: fsdp2\n"
+                              "training: {seq_len: 8192, micro_batch_size: 1, grad_accum_steps: 2}\n");
+  const Schedule schedule = MustLower(plan);
+  // 6N + 12·L·h·s/2 per token (causal). N counts parameters in matrix products:
+  // 8,030,261,248 total − 525,336,576 input embedding − 65 x 4096 RMSNorm weights.
+  const double per_token = 6.0 * (8030261248.0 - 525336576.0 - 65.0 * 4096) + 12.0 * 32 * 4096 * 8192 / 2;
+  EXPECT_DOUBLE_EQ(std::stod(schedule.metadata.at(sim::kMetaModelFlopsPerRankStep)), per_token * 8192 * 2);
+}
+
+TEST(Pipeline, ScheduleJsonRoundTripSimulatesIdentically) {
+  const Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"));
+  StatusOr<Schedule> reread = traces::ParseScheduleJson(traces::ScheduleToJson(schedule), "<json>");
+  ASSERT_TRUE(reread.ok()) << reread.status().message();
+  EXPECT_EQ(traces::ScheduleToJson(*reread), traces::ScheduleToJson(schedule));
+  EXPECT_EQ(MustSimulate(*reread).report, MustSimulate(schedule).report);
+}
+
+TEST(Pipeline, DeterministicTraceAndReport) {
+  const Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-h100, nodes: 2}\nstrategy: fsdp2\n"));
+  const SimRun a = MustSimulate(schedule, {0, 9});
+  const SimRun b = MustSimulate(schedule, {0, 9});
+  EXPECT_EQ(a.report, b.report);
+  ASSERT_EQ(a.timeline.slices.size(), b.timeline.slices.size());
+  for (size_t i = 0; i < a.timeline.slices.size(); ++i) {
+    EXPECT_EQ(a.timeline.slices[i].ts_ns, b.timeline.slices[i].ts_ns);
+    EXPECT_EQ(a.timeline.slices[i].name, b.timeline.slices[i].name);
+  }
+}
+
+TEST(Pipeline, TraceHasTracksKernelsCollectivesAndFlows) {
+  const Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"));
+  const SimRun run = MustSimulate(schedule, {0, 1});
+  EXPECT_EQ(run.timeline.processes.size(), 2u);
+  // host thread + compute, all_gather_copy_in, all_gather, reduce_scatter per rank.
+  EXPECT_EQ(run.timeline.threads.size(), 2u * 5u);
+  int64_t kernels = 0, collectives = 0, launches = 0;
+  for (const traces::Slice& s : run.timeline.slices) {
+    EXPECT_GE(s.op_id, 0);
+    if (s.category == traces::Category::kKernel) {
+      ++kernels;
+      EXPECT_GE(s.tid, 1);
+      if (s.collective) {
+        ++collectives;
+        EXPECT_EQ(s.collective->process_group, "dp");
+        EXPECT_EQ(s.collective->group_size, 8);
+        EXPECT_EQ(s.name.rfind("ncclDevKernel_", 0), 0u);
+      }
+    }
+    if (s.name == "cudaLaunchKernel") ++launches;
+  }
+  EXPECT_EQ(kernels, launches);
+  EXPECT_EQ(static_cast<int64_t>(run.timeline.flows.size()), launches);
+  // FSDP2 on 3 units (root + 2 blocks): 3 forward + 2 backward all-gathers, 3 reduce-scatters.
+  EXPECT_EQ(collectives, 2 * (5 + 3));
+  for (const traces::Flow& f : run.timeline.flows) EXPECT_LE(f.from_ts_ns, f.to_ts_ns);
+}
+
+TEST(Pipeline, CollectivesOfOneGroupCarryMatchingSequenceNumbers) {
+  const Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"));
+  const SimRun run = MustSimulate(schedule, {0, 5});
+  std::map<int64_t, std::vector<std::pair<int64_t, int64_t>>> by_seq;  // seq -> (rank, start)
+  for (const traces::Slice& s : run.timeline.slices) {
+    if (s.collective) by_seq[s.collective->seq].push_back({s.pid, s.ts_ns});
+  }
+  ASSERT_EQ(by_seq.size(), 8u);
+  for (const auto& [seq, starts] : by_seq) {
+    ASSERT_EQ(starts.size(), 2u) << "seq " << seq;
+    EXPECT_EQ(starts[0].second, starts[1].second) << "a collective starts on every member at once";
+  }
+}
+
+TEST(Pipeline, MissingClusterInScheduleIsAClearError) {
+  Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"));
+  schedule.metadata.clear();
+  StatusOr<sim::SimulationSetup> setup = sim::SetupFromSchedule(schedule, "s.json");
+  ASSERT_FALSE(setup.ok());
+  EXPECT_EQ(setup.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(setup.status().message().find("cluster.preset"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardscope
