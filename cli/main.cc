@@ -9,6 +9,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -120,7 +122,12 @@ Status RunSimulate(const SimulateOptions& options) {
   const traces::Schedule& schedule = loaded.schedule;
   const sim::SimulationSetup& setup = loaded.setup;
   sim::ClusterCostProvider costs(schedule, setup.cluster);
-  const sim::EngineConfig config = sim::EngineConfigFor(setup);
+  sim::EngineConfig config = sim::EngineConfigFor(setup);
+  if (!options.quiet && isatty(STDERR_FILENO)) {
+    config.progress = [](double fraction) {
+      std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
+    };
+  }
 
   // Everything that can reject the input happens before anything is written.
   std::vector<int32_t> first_ranks;
@@ -150,6 +157,7 @@ Status RunSimulate(const SimulateOptions& options) {
   }
   sim::TraceRecorder recorder(schedule, first_ranks, *writer);
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(schedule, costs, config, &recorder));
+  if (config.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
   if (by_default) {
     std::vector<int32_t> extra;
     for (int32_t r : sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node)) {

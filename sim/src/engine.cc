@@ -250,7 +250,13 @@ StatusOr<SimulationResult> Engine::Run() {
     r.host.wait = HostWait::kResumeScheduled;
   }
 
+  int64_t total_ops = 0;
+  for (const RankState& r : ranks_) total_ops += static_cast<int64_t>(r.program->ops.size());
+  constexpr int64_t kProgressEvery = int64_t{1} << 20;  // events between progress calls
   while (!events_.empty()) {
+    if (config_.progress && (events_processed_ & (kProgressEvery - 1)) == 0 && total_ops > 0) {
+      config_.progress(static_cast<double>(ops_executed_) / static_cast<double>(total_ops));
+    }
     ScheduledEvent ev = events_.top();
     events_.pop();
     if (ev.time < now_) {

@@ -29,6 +29,7 @@
 #define SHARDSCOPE_SIM_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,6 +64,8 @@ struct EngineConfig {
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;
+  // Called now and then with the fraction of host ops retired so far (for progress bars).
+  std::function<void(double)> progress;
 };
 
 // What the host thread spent a span of time on.
