@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstdlib>
 
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/lowering.h"
@@ -112,7 +111,6 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     state.SkipWithError(plan.status().message().c_str());
     return;
   }
-  if (const char* q = std::getenv("SHARDSCOPE_BENCH_QUEUE")) plan->host.max_queued_launches_per_stream = std::atoi(q);
   double lower_s = 0, simulate_s = 0;
   int64_t ops = 0, events = 0;
   for (auto _ : state) {

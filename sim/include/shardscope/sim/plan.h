@@ -55,6 +55,7 @@ struct HostConfig {
   int64_t launch_overhead_ns = 0;   // CPU time of one kernel / collective / memcpy launch
   int64_t hook_overhead_ns = 0;     // CPU time of one framework hook (pre/post forward ...)
   int64_t python_op_overhead_ns = 0;// Python + dispatcher time per framework op
+  int32_t max_queued_launches_per_stream = 0;  // launches a stream queues before the host blocks
 };
 
 // How concurrent compute and communication kernels slow each other down on one GPU.

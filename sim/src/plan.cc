@@ -1,0 +1,991 @@
+// Plan files: the YAML schema, its strict parser, and the host / contention defaults with
+// their sources.
+//
+// The parser walks only the keys the schema defines, so its depth is bounded by the schema
+// whatever the input nests. Every mapping is checked for unknown and duplicate keys before
+// any value is read; every scalar is parsed with std::from_chars rather than yaml-cpp's
+// as<T>(), so each failure becomes a Status naming the key and the accepted range (as<T>()
+// throws a BadConversion that knows neither) and ".inf" / ".nan", which as<double>() turns
+// into values, are refused. Quoted scalars are strings, never numbers or booleans. No
+// yaml-cpp exception leaves this file: ParsePlan catches them all.
+#include "shardscope/sim/plan.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace shardscope::sim {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Defaults and their sources.
+// ---------------------------------------------------------------------------------------------
+
+// CPU time to enqueue one asynchronous kernel launch (cudaLaunchKernel, no synchronization).
+// Source: ahrefs/ocannl issue #488 (2026), a standalone CUDA probe timing N no-op kernels
+// enqueued asynchronously: 2.62-2.81 us per launch (RTX 5070 Ti, CUDA 13.3), median of 200
+// repetitions. Consistent with the "~1-3 us on CUDA 12+ drivers" usually quoted for
+// cudaLaunchKernel. NCCL collectives cost more to issue (group calls, proxy work); the
+// engine charges this figure for every launch, so collective issue cost is a lower bound.
+constexpr int64_t kDefaultLaunchOverheadNs = 2'700;
+
+// Python interpreter + ATen dispatcher + autograd bookkeeping for one eager framework op,
+// excluding the driver launch above. Source: pytorch/pytorch issue #41383 ("Large overhead
+// (7 microseconds) for PyTorch operation", 2020): `y = 2*x` on a 1-element tensor with
+// requires_grad=True costs ~7 us per op (5 us without autograd); the tensor work itself is
+// negligible there, so it is all dispatch. ngimel's reply there puts about half of it in
+// Python argument parsing.
+constexpr int64_t kDefaultPythonOpOverheadNs = 7'000;
+
+// CPU time of one framework hook (FSDP2 pre-forward / post-forward / pre-backward /
+// post-backward, DDP's per-bucket work), excluding the ops the hook issues (those are charged
+// as ops and launches). ESTIMATE, not a measurement: an FSDP2 hook runs roughly 10-20 Python
+// function calls, a tree_flatten/unflatten of the module's args, a state-machine update and,
+// in pre-forward, the apply() of a RegisterPostBackwardFunction autograd function (itself
+// about one op, kDefaultPythonOpOverheadNs). At ~1 us per Python call plus one op that is
+// ~20-30 us. Upper bound seen in the wild: pytorch/pytorch issue #173680 (2026) reports
+// FSDP::pre_forward taking ~1 ms per module on a Xeon with torch 2.10, but that includes
+// the copy-in and all-gather ops of many small parameters, which this model charges
+// separately.
+constexpr int64_t kDefaultHookOverheadNs = 25'000;
+
+// Work items one CUDA stream queues before the next launch onto it blocks the host until the
+// oldest retires. Measured, not documented by NVIDIA: launches of a ~190 us kernel return in
+// 4-5 us until about 1,000 are queued on a stream, then each takes one kernel's duration;
+// with three streams each queued about 1,000 (Stack Overflow question 53970187, and NVIDIA
+// developer forum thread 68937, "CUDA stream are blocked when launch lots of kernels
+// (>1000)", 2018). 1,024 is that observation rounded to the power of two queues use. 0 in a
+// plan means unlimited.
+constexpr int32_t kDefaultMaxQueuedLaunchesPerStream = 1024;
+constexpr int64_t kMaxQueuedLaunchesPerStream = int64_t{1} << 24;
+
+// Compute slowdown while a collective runs on the same GPU. Source: Lee et al.,
+// "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+// Learning: Performance and Power Implications", arXiv:2507.03114 (2025): overlapping
+// computation with communication slows computation by 18.9% on average (40.0% max) versus
+// the same computation without concurrent communication, measured on GPT and LLaMA training
+// across 4x A100, H100, MI250 and MI210.
+constexpr double kDefaultComputeSlowdown = 0.189;
+
+// Collective slowdown while compute runs on the same GPU. ESTIMATE: no published per-
+// collective measurement on NVIDIA GPUs was found (the papers above report the compute side
+// or whole-step effects only). NCCL kernels occupy few SMs and are bound by link bandwidth,
+// so they lose less than the GEMMs beside them; their main loss is HBM bandwidth shared with
+// memory-bound kernels. 10% is chosen as a conservative value below the measured compute
+// slowdown; replace it when a measurement exists.
+constexpr double kDefaultCommSlowdown = 0.10;
+
+// ---------------------------------------------------------------------------------------------
+// Limits on user values. Generous: far above any published model or cluster, chosen so the
+// parameter, byte and FLOP arithmetic downstream cannot overflow int64_t.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int64_t kMaxWorldSize = int64_t{1} << 20;  // 1,048,576 GPUs
+constexpr int64_t kMaxLayers = 16'384;
+constexpr int64_t kMaxHidden = int64_t{1} << 20;
+constexpr int64_t kMaxHeads = int64_t{1} << 16;
+constexpr int64_t kMaxFfn = int64_t{1} << 24;
+constexpr int64_t kMaxVocab = int64_t{1} << 26;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;
+constexpr int64_t kMaxExperts = int64_t{1} << 16;
+constexpr int64_t kMaxTokenTypes = int64_t{1} << 16;
+constexpr int64_t kMaxSeqLen = int64_t{1} << 24;  // 16M-token context
+constexpr int64_t kMaxMicroBatch = int64_t{1} << 20;
+constexpr int64_t kMaxGradAccum = int64_t{1} << 20;
+// Parameters (estimated in double): x 16 bytes of fp32 weights, grads and Adam state stays
+// below 2^54 bytes.
+constexpr double kMaxParameters = 1125899906842624.0;  // 2^50
+// Activation elements of one micro-batch: tokens x (layers x (hidden + ffn x top-k) + vocab).
+constexpr double kMaxActivationElements = 1125899906842624.0;  // 2^50
+constexpr double kMaxBandwidthGbps = 1e5;                      // GB/s per GPU (100 TB/s)
+constexpr double kMaxGpuMemoryGb = 1e5;                        // 100 TB
+constexpr double kMaxSlowdown = 100;
+constexpr double kMaxHostOverheadUs = 1e6;  // one second
+constexpr double kMaxBucketCapMb = 1e6;
+constexpr size_t kMaxPlanFileBytes = size_t{16} << 20;  // plans are a few hundred bytes
+
+// Units in key names. Bandwidths in GB/s are decimal (10^9 bytes/s), as datasheets give them.
+// GPU memory "GB" is binary: an "A100 80GB" has 81920 MiB, and hardware.cc stores the
+// presets as N GiB, so gpu_memory_gb: 80 reproduces the preset.
+constexpr double kBytesPerGbps = 1e9;
+constexpr double kBytesPerMemoryGb = 1073741824.0;  // 2^30
+constexpr double kNsPerUs = 1e3;
+
+// ---------------------------------------------------------------------------------------------
+// Schema.
+// ---------------------------------------------------------------------------------------------
+
+using KeyList = std::span<const std::string_view>;
+
+// clang-format off
+constexpr std::array<std::string_view, 7> kTopKeys = {
+    "model", "cluster", "strategy", "training", "fsdp2", "ddp", "host"};
+constexpr std::array<std::string_view, 24> kModelKeys = {
+    "preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions",
+    "learned_positions", "tied_embeddings", "bias", "mlp", "norm", "attention", "experts",
+    "experts_per_token",
+    // Architecture details of ModelSpec beyond the dimensions (BERT/RoBERTa, MPT); without
+    // them an override of such a preset could reach a state the file cannot repair.
+    "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
+    "lm_head_transform"};
+constexpr std::array<std::string_view, 8> kClusterKeys = {
+    "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
+    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention"};
+constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
+constexpr std::array<std::string_view, 5> kTrainingKeys = {
+    "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing", "dtype"};
+constexpr std::array<std::string_view, 1> kFsdp2Keys = {"reshard_after_forward"};
+constexpr std::array<std::string_view, 1> kDdpKeys = {"bucket_cap_mb"};
+constexpr std::array<std::string_view, 4> kHostKeys = {
+    "launch_overhead_us", "hook_overhead_us", "python_op_overhead_us",
+    "max_queued_launches_per_stream"};
+// clang-format on
+
+template <typename Enum>
+struct EnumName {
+  std::string_view name;
+  Enum value;
+};
+
+constexpr std::array<EnumName<Strategy>, 2> kStrategies = {
+    {{"fsdp2", Strategy::kFsdp2}, {"ddp", Strategy::kDdp}}};
+// Strategies the project knows about but the simulator does not lower yet.
+constexpr std::array<std::string_view, 5> kPlannedStrategies = {"fsdp1", "zero1", "zero2", "zero3",
+                                                                "hsdp"};
+constexpr std::array<EnumName<ActivationCheckpointing>, 2> kCheckpointing = {
+    {{"none", ActivationCheckpointing::kNone}, {"full", ActivationCheckpointing::kFull}}};
+// fp8 means the e4m3 format training recipes use for forward GEMMs.
+constexpr std::array<EnumName<traces::DType>, 4> kTrainingDTypes = {
+    {{"bf16", traces::DType::kBFloat16},
+     {"fp16", traces::DType::kFloat16},
+     {"fp32", traces::DType::kFloat32},
+     {"fp8", traces::DType::kFloat8E4M3}}};
+constexpr std::array<EnumName<MlpKind>, 2> kMlpKinds = {
+    {{"swiglu", MlpKind::kSwiGlu}, {"gelu", MlpKind::kGelu}}};
+constexpr std::array<EnumName<NormKind>, 2> kNormKinds = {
+    {{"rmsnorm", NormKind::kRmsNorm}, {"layernorm", NormKind::kLayerNorm}}};
+constexpr std::array<EnumName<AttentionKind>, 2> kAttentionKinds = {
+    {{"causal", AttentionKind::kCausal}, {"bidirectional", AttentionKind::kBidirectional}}};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+// ---------------------------------------------------------------------------------------------
+
+std::string JoinPath(std::string_view parent, std::string_view key) {
+  if (parent.empty()) return std::string(key);
+  return fmt::format("{}.{}", parent, key);
+}
+
+template <typename Range>
+std::string JoinNames(const Range& names) {
+  std::string out;
+  for (const auto& name : names) {
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+template <typename Enum, size_t N>
+std::string EnumNames(const std::array<EnumName<Enum>, N>& table) {
+  std::vector<std::string_view> names;
+  for (const auto& entry : table) names.push_back(entry.name);
+  return JoinNames(names);
+}
+
+// A scalar as it appears in a message: quoted, at most 40 characters, control bytes escaped
+// (a fuzzed or binary file must not put raw bytes into a terminal).
+std::string Quote(std::string_view text) {
+  constexpr size_t kMaxShown = 40;
+  std::string out = "'";
+  for (size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (text.size() > kMaxShown) out += "...";
+  out += "'";
+  return out;
+}
+
+// yaml-cpp tags a quoted scalar "!" (non-specific) and a plain one "?".
+bool IsQuoted(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "!"; }
+
+// What a node is, for the "got ..." half of a message.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+      return "nothing";
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return IsQuoted(node) ? fmt::format("the string {}", Quote(node.Scalar()))
+                            : Quote(node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+  }
+  return "an unknown YAML node";
+}
+
+std::string ExpectedInt(int64_t min, int64_t max) {
+  if (min == 1) return fmt::format("a positive integer <= {}", max);
+  if (min == 0) return fmt::format("a non-negative integer <= {}", max);
+  return fmt::format("an integer in [{}, {}]", min, max);
+}
+
+// Counts documents without building them, stopping at the second. YAML::LoadAll is not used:
+// in yaml-cpp 0.7 it never returns on some malformed input (a document "!a,b!" yields
+// documents without consuming the input; found by fuzz/plan_loader_fuzz), while Load and a
+// bounded number of HandleNextDocument calls do return.
+class DiscardEvents : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { last_start_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  const YAML::Mark& last_start() const { return last_start_; }
+
+ private:
+  YAML::Mark last_start_ = YAML::Mark::null_mark();
+};
+
+struct DocumentCount {
+  int count = 0;  // 0, 1 or 2 (meaning "2 or more")
+  YAML::Mark second_start = YAML::Mark::null_mark();
+};
+
+DocumentCount CountDocuments(const std::string& text) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  DiscardEvents discard;
+  DocumentCount result;
+  while (result.count < 2 && parser.HandleNextDocument(discard)) {
+    ++result.count;
+    if (result.count == 2) result.second_start = discard.last_start();
+  }
+  return result;
+}
+
+// Whether the GPU's tensor cores (or fp32 units) run GEMMs in `dtype`. Hopper runs fp8 even
+// where a GPU preset leaves the fp8 rate blank.
+bool DTypeSupported(const GpuSpec& gpu, traces::DType dtype) {
+  return PeakFlops(gpu, dtype) > 0 ||
+         (dtype == traces::DType::kFloat8E4M3 && gpu.arch == GpuArch::kHopper);
+}
+
+std::string ExpectedDType(const GpuSpec& gpu) {
+  std::vector<std::string_view> supported;
+  for (const auto& candidate : kTrainingDTypes) {
+    if (DTypeSupported(gpu, candidate.value)) supported.push_back(candidate.name);
+  }
+  return fmt::format("a dtype the GPU {} supports ({})", gpu.name, JoinNames(supported));
+}
+
+// One key: value pair of a mapping. The key's mark locates errors about null values, whose
+// own mark yaml-cpp sets to wherever the next token starts.
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+// The checked keys of one mapping.
+struct Fields {
+  YAML::Mark mark;
+  std::vector<Entry> entries;
+
+  const Entry* Find(std::string_view key) const {
+    for (const Entry& entry : entries) {
+      if (entry.key == key) return &entry;
+    }
+    return nullptr;
+  }
+};
+
+// Parses one plan text. Keeps the source name for messages; holds no other state.
+class PlanParser {
+ public:
+  explicit PlanParser(const std::string& source) : source_(source) {}
+
+  StatusOr<Plan> Parse(std::string_view text);
+
+ private:
+  // "<file>:<line>:<column>" (1-based) for a node, falling back to 1:1 for nodes without one.
+  std::string Where(const YAML::Mark& mark) const {
+    if (mark.is_null() || mark.line < 0 || mark.column < 0) return fmt::format("{}:1:1", source_);
+    return fmt::format("{}:{}:{}", source_, mark.line + 1, mark.column + 1);
+  }
+  YAML::Mark MarkOf(const Entry& entry) const {
+    return entry.value.IsNull() ? entry.key_node.Mark() : entry.value.Mark();
+  }
+  Status Error(const YAML::Mark& mark, std::string_view path, std::string_view expected,
+               std::string_view got) const {
+    return Status::InvalidInput(
+        fmt::format("{}: {}: expected {}, got {}", Where(mark), path, expected, got));
+  }
+  Status Error(const Entry& entry, std::string_view path, std::string_view expected) const {
+    return Error(MarkOf(entry), path, expected, Describe(entry.value));
+  }
+
+  StatusOr<Fields> ReadMapping(const YAML::Node& node, const YAML::Mark& mark,
+                               std::string_view path, KeyList allowed) const;
+  Status Require(const Fields& fields, std::string_view parent, std::string_view key,
+                 std::string_view expected) const;
+
+  Status ReadInt(const Entry& entry, std::string_view path, int64_t min, int64_t max,
+                 int64_t* out) const;
+  Status ReadInt32(const Entry& entry, std::string_view path, int64_t min, int64_t max,
+                   int32_t* out) const;
+  // A finite number in (min, max] (exclusive_min) or [min, max].
+  Status ReadNumber(const Entry& entry, std::string_view path, double min, bool exclusive_min,
+                    double max, double* out) const;
+  Status ReadBool(const Entry& entry, std::string_view path, bool* out) const;
+  Status ReadString(const Entry& entry, std::string_view path, std::string_view expected,
+                    std::string* out) const;
+  template <typename Enum, size_t N>
+  Status ReadEnum(const Entry& entry, std::string_view path,
+                  const std::array<EnumName<Enum>, N>& table, Enum* out) const;
+
+  Status ReadStrategy(const Entry& entry, Strategy* out) const;
+  Status ReadModel(const Entry& entry, ModelSpec* out) const;
+  Status ReadModelFields(const Fields& fields, ModelSpec* model, bool* modified) const;
+  Status ReadCluster(const Entry& entry, ClusterSpec* cluster, ContentionConfig* contention) const;
+  // Also says whether the dtype was given, and where seq_len is (for later checks).
+  Status ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
+                      bool* dtype_given, YAML::Mark* seq_len_mark) const;
+  Status ReadFsdp2(const Entry& entry, Fsdp2Config* out) const;
+  Status ReadDdp(const Entry& entry, DdpConfig* out) const;
+  Status ReadHost(const Entry& entry, HostConfig* out) const;
+  Status ReadHostField(const Fields& fields, std::string_view key, int64_t* out_ns) const;
+
+  const std::string& source_;
+};
+
+StatusOr<Fields> PlanParser::ReadMapping(const YAML::Node& node, const YAML::Mark& mark,
+                                         std::string_view path, KeyList allowed) const {
+  const std::string shown_path = path.empty() ? std::string("(top level)") : std::string(path);
+  if (!node.IsMap()) {
+    return Error(mark, shown_path, fmt::format("a mapping with keys {}", JoinNames(allowed)),
+                 Describe(node));
+  }
+  Fields fields;
+  fields.mark = mark;
+  // Copies, not references: yaml-cpp's iterator yields a temporary pair, and a reference
+  // into it dangles after the statement.
+  for (const auto& pair : node) {
+    const YAML::Node key = pair.first;
+    if (!key.IsScalar()) {
+      return Error(key.Mark(), shown_path,
+                   fmt::format("a plain key (one of {})", JoinNames(allowed)), Describe(key));
+    }
+    const std::string& name = key.Scalar();
+    bool known = false;
+    for (std::string_view allowed_key : allowed) known = known || allowed_key == name;
+    if (!known) {
+      return Error(key.Mark(), JoinPath(path, name),
+                   fmt::format("one of the keys {}", JoinNames(allowed)),
+                   fmt::format("unknown key {}", Quote(name)));
+    }
+    if (const Entry* first = fields.Find(name); first != nullptr) {
+      return Error(key.Mark(), JoinPath(path, name), "each key at most once",
+                   fmt::format("a duplicate (first at line {})", first->key_node.Mark().line + 1));
+    }
+    fields.entries.push_back(Entry{name, key, pair.second});
+  }
+  return fields;
+}
+
+Status PlanParser::Require(const Fields& fields, std::string_view parent, std::string_view key,
+                           std::string_view expected) const {
+  if (fields.Find(key) != nullptr) return Status::Ok();
+  return Error(fields.mark, JoinPath(parent, key), expected, "nothing (the key is missing)");
+}
+
+Status PlanParser::ReadInt(const Entry& entry, std::string_view path, int64_t min, int64_t max,
+                           int64_t* out) const {
+  const std::string expected = ExpectedInt(min, max);
+  if (!entry.value.IsScalar() || IsQuoted(entry.value)) return Error(entry, path, expected);
+  std::string_view text = entry.value.Scalar();
+  if (text.size() > 1 && text[0] == '+' && text[1] >= '0' && text[1] <= '9') text.remove_prefix(1);
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc() && end == text.data() + text.size()) {
+    if (value < min || value > max) return Error(entry, path, expected);
+    *out = value;
+    return Status::Ok();
+  }
+  // Name the common mistake: a float where an integer belongs.
+  double as_double = 0;
+  const auto [dend, dec] = std::from_chars(text.data(), text.data() + text.size(), as_double);
+  if (ec != std::errc::result_out_of_range && dec == std::errc() &&
+      dend == text.data() + text.size()) {
+    return Error(MarkOf(entry), path, expected,
+                 fmt::format("{} (not an integer)", Describe(entry.value)));
+  }
+  return Error(entry, path, expected);
+}
+
+Status PlanParser::ReadInt32(const Entry& entry, std::string_view path, int64_t min, int64_t max,
+                             int32_t* out) const {
+  int64_t value = 0;
+  SHARDSCOPE_RETURN_IF_ERROR(ReadInt(entry, path, min, max, &value));
+  *out = static_cast<int32_t>(value);  // every int32 field's max is below 2^31
+  return Status::Ok();
+}
+
+Status PlanParser::ReadNumber(const Entry& entry, std::string_view path, double min,
+                              bool exclusive_min, double max, double* out) const {
+  const std::string expected =
+      fmt::format("a number {} {} and <= {}", exclusive_min ? ">" : ">=", min, max);
+  if (!entry.value.IsScalar() || IsQuoted(entry.value)) return Error(entry, path, expected);
+  std::string_view text = entry.value.Scalar();
+  if (text.size() > 1 && text[0] == '+' && text[1] >= '0' && text[1] <= '9') text.remove_prefix(1);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  // from_chars accepts "inf" and "nan"; a plan value must be finite.
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+      value < min || (exclusive_min && value == min) || value > max) {
+    return Error(entry, path, expected);
+  }
+  *out = value;
+  return Status::Ok();
+}
+
+Status PlanParser::ReadBool(const Entry& entry, std::string_view path, bool* out) const {
+  // YAML 1.2 core schema booleans only: yes/no/on/off are strings there, so they are refused
+  // rather than guessed.
+  if (entry.value.IsScalar() && !IsQuoted(entry.value)) {
+    const std::string& text = entry.value.Scalar();
+    if (text == "true" || text == "True" || text == "TRUE") {
+      *out = true;
+      return Status::Ok();
+    }
+    if (text == "false" || text == "False" || text == "FALSE") {
+      *out = false;
+      return Status::Ok();
+    }
+  }
+  return Error(entry, path, "true or false");
+}
+
+Status PlanParser::ReadString(const Entry& entry, std::string_view path, std::string_view expected,
+                              std::string* out) const {
+  if (!entry.value.IsScalar() || entry.value.Scalar().empty()) {
+    return Error(entry, path, expected);
+  }
+  *out = entry.value.Scalar();
+  return Status::Ok();
+}
+
+template <typename Enum, size_t N>
+Status PlanParser::ReadEnum(const Entry& entry, std::string_view path,
+                            const std::array<EnumName<Enum>, N>& table, Enum* out) const {
+  if (entry.value.IsScalar()) {
+    for (const auto& candidate : table) {
+      if (candidate.name == entry.value.Scalar()) {
+        *out = candidate.value;
+        return Status::Ok();
+      }
+    }
+  }
+  return Error(entry, path, fmt::format("one of {}", EnumNames(table)));
+}
+
+Status PlanParser::ReadStrategy(const Entry& entry, Strategy* out) const {
+  if (entry.value.IsScalar()) {
+    const std::string& name = entry.value.Scalar();
+    for (std::string_view planned : kPlannedStrategies) {
+      if (planned == name) {
+        return Status::InvalidInput(
+            fmt::format("{}: strategy {} is not supported yet (supported: {})",
+                        Where(MarkOf(entry)), Quote(name), EnumNames(kStrategies)));
+      }
+    }
+  }
+  return ReadEnum(entry, "strategy", kStrategies, out);
+}
+
+// ---- model ----------------------------------------------------------------------------------
+
+Status PlanParser::ReadModel(const Entry& entry, ModelSpec* out) const {
+  const std::string presets = JoinNames(ModelPresetNames());
+  if (entry.value.IsScalar()) {
+    auto preset = FindModelPreset(entry.value.Scalar());
+    if (!preset.ok()) {
+      return Error(entry, "model", fmt::format("a model preset ({}) or a mapping", presets));
+    }
+    *out = std::move(preset).value();
+    return Status::Ok();
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "model", kModelKeys));
+  ModelSpec model;
+  bool from_preset = false;
+  if (const Entry* preset_entry = fields.Find("preset"); preset_entry != nullptr) {
+    const std::string expected = fmt::format("a model preset ({})", presets);
+    std::string name;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadString(*preset_entry, "model.preset", expected, &name));
+    auto preset = FindModelPreset(name);
+    if (!preset.ok()) return Error(*preset_entry, "model.preset", expected);
+    model = std::move(preset).value();
+    from_preset = true;
+  } else {
+    // A model from scratch needs its shape; everything else has a default.
+    for (std::string_view key : {"layers", "hidden", "heads", "ffn", "vocab"}) {
+      SHARDSCOPE_RETURN_IF_ERROR(
+          Require(fields, "model", key,
+                  "a positive integer (a model without 'preset' must give layers, hidden, "
+                  "heads, ffn and vocab)"));
+    }
+    model.name = "custom";
+  }
+  bool modified = false;
+  SHARDSCOPE_RETURN_IF_ERROR(ReadModelFields(fields, &model, &modified));
+  if (!from_preset && fields.Find("kv_heads") == nullptr) model.kv_heads = model.heads;
+  // A changed preset must not be reported under the preset's own name.
+  if (from_preset && modified && fields.Find("name") == nullptr) model.name += " (modified)";
+
+  if (Status status = ValidateModel(model); !status.ok()) {
+    return Status::InvalidInput(
+        fmt::format("{}: model: {}", Where(MarkOf(entry)), status.message()));
+  }
+  // Keeps ParameterCount and the byte arithmetic built on it inside int64_t.
+  const double h = static_cast<double>(model.hidden);
+  const double per_layer = 4 * h * h + 3 * h * static_cast<double>(model.ffn) * model.experts +
+                           h * model.experts + 8 * h;
+  const double parameters = model.layers * per_layer + 2 * static_cast<double>(model.vocab) * h +
+                            static_cast<double>(model.max_positions) * h;
+  if (parameters > kMaxParameters) {
+    return Error(MarkOf(entry), "model", "at most 2^50 parameters",
+                 fmt::format("about {:.3g} parameters", parameters));
+  }
+  *out = std::move(model);
+  return Status::Ok();
+}
+
+Status PlanParser::ReadModelFields(const Fields& fields, ModelSpec* model, bool* modified) const {
+  for (const Entry& entry : fields.entries) {
+    const std::string path = JoinPath("model", entry.key);
+    const std::string_view key = entry.key;
+    if (key == "preset") continue;
+    if (key != "name") *modified = true;
+    if (key == "name") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadString(entry, path, "a non-empty name", &model->name));
+    } else if (key == "layers") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(entry, path, 1, kMaxLayers, &model->layers));
+    } else if (key == "hidden") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt(entry, path, 1, kMaxHidden, &model->hidden));
+    } else if (key == "heads") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(entry, path, 1, kMaxHeads, &model->heads));
+    } else if (key == "kv_heads") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(entry, path, 1, kMaxHeads, &model->kv_heads));
+    } else if (key == "ffn") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt(entry, path, 1, kMaxFfn, &model->ffn));
+    } else if (key == "vocab") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt(entry, path, 1, kMaxVocab, &model->vocab));
+    } else if (key == "max_positions") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt(entry, path, 0, kMaxPositions, &model->max_positions));
+    } else if (key == "learned_positions") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->learned_positions));
+    } else if (key == "tied_embeddings") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->tied_embeddings));
+    } else if (key == "bias") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->bias));
+    } else if (key == "mlp") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(entry, path, kMlpKinds, &model->mlp));
+    } else if (key == "norm") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(entry, path, kNormKinds, &model->norm));
+    } else if (key == "attention") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(entry, path, kAttentionKinds, &model->attention));
+    } else if (key == "experts") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(entry, path, 1, kMaxExperts, &model->experts));
+    } else if (key == "experts_per_token") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(entry, path, 1, kMaxExperts, &model->experts_per_token));
+    } else if (key == "alibi") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->alibi));
+    } else if (key == "norm_bias") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->norm_bias));
+    } else if (key == "reserved_position_rows") {
+      SHARDSCOPE_RETURN_IF_ERROR(
+          ReadInt(entry, path, 0, kMaxPositions, &model->reserved_position_rows));
+    } else if (key == "token_types") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt(entry, path, 0, kMaxTokenTypes, &model->token_types));
+    } else if (key == "embedding_norm") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->embedding_norm));
+    } else if (key == "post_norm") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->post_norm));
+    } else if (key == "lm_head_transform") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->lm_head_transform));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- cluster --------------------------------------------------------------------------------
+
+Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
+                               ContentionConfig* contention) const {
+  const std::string presets = JoinNames(ClusterPresetNames());
+  if (entry.value.IsScalar()) {
+    auto preset = FindClusterPreset(entry.value.Scalar(), 1);
+    if (!preset.ok()) {
+      return Error(entry, "cluster", fmt::format("a cluster preset ({}) or a mapping", presets));
+    }
+    *cluster = std::move(preset).value();
+    return Status::Ok();
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "cluster", kClusterKeys));
+
+  int32_t nodes = 1;
+  if (const Entry* e = fields.Find("nodes")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "cluster.nodes", 1, kMaxWorldSize, &nodes));
+  }
+  ClusterSpec spec;
+  if (const Entry* e = fields.Find("preset")) {
+    const std::string expected = fmt::format("a cluster preset ({})", presets);
+    std::string name;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadString(*e, "cluster.preset", expected, &name));
+    auto preset = FindClusterPreset(name, nodes);
+    if (!preset.ok()) return Error(*e, "cluster.preset", expected);
+    spec = std::move(preset).value();
+  } else {
+    // A cluster from scratch: the GPU and its links must be named.
+    const std::string why =
+        "(a cluster without 'preset' must give gpu, gpus_per_node and "
+        "intra_node_bandwidth_gbps)";
+    SHARDSCOPE_RETURN_IF_ERROR(
+        Require(fields, "cluster", "gpu", fmt::format("a GPU preset {}", why)));
+    SHARDSCOPE_RETURN_IF_ERROR(
+        Require(fields, "cluster", "gpus_per_node", fmt::format("a positive integer {}", why)));
+    SHARDSCOPE_RETURN_IF_ERROR(Require(fields, "cluster", "intra_node_bandwidth_gbps",
+                                       fmt::format("a number > 0 {}", why)));
+    if (nodes > 1) {
+      SHARDSCOPE_RETURN_IF_ERROR(Require(fields, "cluster", "inter_node_bandwidth_gbps",
+                                         "a number > 0 (a multi-node cluster without 'preset' "
+                                         "must give the network bandwidth)"));
+    }
+    spec.name = "custom";
+    spec.nodes = nodes;
+  }
+
+  // The GPU swap comes before the numeric overrides so gpu_memory_gb applies to the new GPU.
+  if (const Entry* e = fields.Find("gpu")) {
+    const std::string expected = fmt::format("a GPU preset ({})", JoinNames(GpuPresetNames()));
+    std::string name;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadString(*e, "cluster.gpu", expected, &name));
+    auto gpu = FindGpuPreset(name);
+    if (!gpu.ok()) return Error(*e, "cluster.gpu", expected);
+    spec.gpu = std::move(gpu).value();
+  }
+  if (const Entry* e = fields.Find("gpus_per_node")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt32(*e, "cluster.gpus_per_node", 1, kMaxWorldSize, &spec.gpus_per_node));
+  }
+  // world_size() multiplies two int32_t; check the product in 64 bits first.
+  const int64_t world = int64_t{spec.gpus_per_node} * int64_t{spec.nodes};
+  if (world > kMaxWorldSize) {
+    const Entry* e = fields.Find("nodes");
+    if (e == nullptr) e = fields.Find("gpus_per_node");
+    return Error(e != nullptr ? MarkOf(*e) : fields.mark, "cluster",
+                 fmt::format("a world size (nodes x gpus_per_node) <= {}", kMaxWorldSize),
+                 fmt::format("{} x {} = {}", spec.nodes, spec.gpus_per_node, world));
+  }
+  double value = 0;
+  if (const Entry* e = fields.Find("intra_node_bandwidth_gbps")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadNumber(*e, "cluster.intra_node_bandwidth_gbps", 0, true, kMaxBandwidthGbps, &value));
+    spec.intra_node_bandwidth = value * kBytesPerGbps;
+  }
+  if (const Entry* e = fields.Find("inter_node_bandwidth_gbps")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadNumber(*e, "cluster.inter_node_bandwidth_gbps", 0, true, kMaxBandwidthGbps, &value));
+    spec.inter_node_bandwidth = value * kBytesPerGbps;
+  }
+  if (const Entry* e = fields.Find("gpu_memory_gb")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadNumber(*e, "cluster.gpu_memory_gb", 0, true, kMaxGpuMemoryGb, &value));
+    spec.gpu.hbm_bytes = std::llround(value * kBytesPerMemoryGb);
+  }
+  if (const Entry* e = fields.Find("contention")) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(
+        Fields inner, ReadMapping(e->value, MarkOf(*e), "cluster.contention", kContentionKeys));
+    if (const Entry* c = inner.Find("compute_slowdown")) {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadNumber(*c, "cluster.contention.compute_slowdown", 0, false,
+                                            kMaxSlowdown, &contention->compute_slowdown));
+    }
+    if (const Entry* c = inner.Find("comm_slowdown")) {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadNumber(*c, "cluster.contention.comm_slowdown", 0, false,
+                                            kMaxSlowdown, &contention->comm_slowdown));
+    }
+  }
+  *cluster = std::move(spec);
+  return Status::Ok();
+}
+
+// ---- training, strategy sections, host -------------------------------------------------------
+
+Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
+                                bool* dtype_given, YAML::Mark* seq_len_mark) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "training", kTrainingKeys));
+  if (const Entry* e = fields.Find("seq_len")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt(*e, "training.seq_len", 1, kMaxSeqLen, &out->seq_len));
+    *seq_len_mark = MarkOf(*e);
+  }
+  if (const Entry* e = fields.Find("micro_batch_size")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt(*e, "training.micro_batch_size", 1, kMaxMicroBatch, &out->micro_batch_size));
+  }
+  if (const Entry* e = fields.Find("grad_accum_steps")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt32(*e, "training.grad_accum_steps", 1, kMaxGradAccum, &out->grad_accum_steps));
+  }
+  if (const Entry* e = fields.Find("activation_checkpointing")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.activation_checkpointing", kCheckpointing,
+                                        &out->activation_checkpointing));
+  }
+  if (const Entry* e = fields.Find("dtype")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.dtype", kTrainingDTypes, &out->dtype));
+    if (!DTypeSupported(gpu, out->dtype)) {
+      return Error(*e, "training.dtype", ExpectedDType(gpu));
+    }
+    *dtype_given = true;
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadFsdp2(const Entry& entry, Fsdp2Config* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "fsdp2", kFsdp2Keys));
+  if (const Entry* e = fields.Find("reshard_after_forward")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadBool(*e, "fsdp2.reshard_after_forward", &out->reshard_after_forward));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadDdp(const Entry& entry, DdpConfig* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "ddp", kDdpKeys));
+  if (const Entry* e = fields.Find("bucket_cap_mb")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadNumber(*e, "ddp.bucket_cap_mb", 0, true, kMaxBucketCapMb, &out->bucket_cap_mb));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadHostField(const Fields& fields, std::string_view key,
+                                 int64_t* out_ns) const {
+  const Entry* e = fields.Find(key);
+  if (e == nullptr) return Status::Ok();
+  double us = 0;
+  SHARDSCOPE_RETURN_IF_ERROR(
+      ReadNumber(*e, JoinPath("host", key), 0, false, kMaxHostOverheadUs, &us));
+  *out_ns = std::llround(us * kNsPerUs);
+  return Status::Ok();
+}
+
+Status PlanParser::ReadHost(const Entry& entry, HostConfig* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "host", kHostKeys));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "launch_overhead_us", &out->launch_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "hook_overhead_us", &out->hook_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      ReadHostField(fields, "python_op_overhead_us", &out->python_op_overhead_ns));
+  if (const Entry* e = fields.Find("max_queued_launches_per_stream")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "host.max_queued_launches_per_stream", 0,
+                                         kMaxQueuedLaunchesPerStream,
+                                         &out->max_queued_launches_per_stream));
+  }
+  return Status::Ok();
+}
+
+// ---- the whole plan -------------------------------------------------------------------------
+
+StatusOr<Plan> PlanParser::Parse(std::string_view text) {
+  const std::string owned_text(text);
+  const DocumentCount documents = CountDocuments(owned_text);
+  if (documents.count == 0) {
+    return Status::InvalidInput(fmt::format(
+        "{}:1:1: (top level): expected a mapping with keys model, cluster and strategy, got an "
+        "empty file",
+        source_));
+  }
+  if (documents.count > 1) {
+    return Error(documents.second_start, "(top level)", "one YAML document",
+                 "more than one (a second starts here)");
+  }
+  const YAML::Node root = YAML::Load(owned_text);
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields top, ReadMapping(root, root.Mark(), "", kTopKeys));
+
+  SHARDSCOPE_RETURN_IF_ERROR(
+      Require(top, "", "model", "a model preset or a mapping of model dimensions"));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      Require(top, "", "cluster", "a cluster preset or a mapping with 'preset'"));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      Require(top, "", "strategy", fmt::format("one of {}", EnumNames(kStrategies))));
+
+  Plan plan;
+  plan.source = source_;
+  plan.contention = DefaultContentionConfig();
+  plan.host = DefaultHostConfig();
+
+  // The strategy first: it decides which strategy section is allowed.
+  SHARDSCOPE_RETURN_IF_ERROR(ReadStrategy(*top.Find("strategy"), &plan.strategy));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadModel(*top.Find("model"), &plan.model));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadCluster(*top.Find("cluster"), &plan.cluster, &plan.contention));
+  // After the cluster: the dtype is checked against the GPU.
+  const Entry* training = top.Find("training");
+  // Errors about the workload as a whole point at the training section, or else at the model.
+  const YAML::Mark training_mark = MarkOf(training != nullptr ? *training : *top.Find("model"));
+  bool dtype_given = false;
+  YAML::Mark seq_len_mark = training_mark;
+  if (training != nullptr) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadTraining(*training, plan.cluster.gpu, &plan.training, &dtype_given, &seq_len_mark));
+  }
+
+  for (const auto& [name, strategy] : kStrategies) {
+    const Entry* section = top.Find(name);
+    if (section == nullptr || strategy == plan.strategy) continue;
+    return Error(
+        section->key_node.Mark(), name,
+        fmt::format("only the '{}' section", StrategyName(plan.strategy)),
+        fmt::format("section '{}' given but strategy is {}", name, StrategyName(plan.strategy)));
+  }
+  if (const Entry* e = top.Find("fsdp2")) SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp2(*e, &plan.fsdp2));
+  if (const Entry* e = top.Find("ddp")) SHARDSCOPE_RETURN_IF_ERROR(ReadDdp(*e, &plan.ddp));
+  if (const Entry* e = top.Find("host")) SHARDSCOPE_RETURN_IF_ERROR(ReadHost(*e, &plan.host));
+
+  // The default dtype must suit the GPU too (bf16 on a V100, say); an explicit one was
+  // checked where it was read.
+  if (!dtype_given && !DTypeSupported(plan.cluster.gpu, plan.training.dtype)) {
+    // Points at the training section, or else at the cluster that chose the GPU.
+    return Error(MarkOf(training != nullptr ? *training : *top.Find("cluster")), "training.dtype",
+                 ExpectedDType(plan.cluster.gpu),
+                 fmt::format("the default {}", Quote(traces::DTypeName(plan.training.dtype))));
+  }
+
+  // The model's own limits on the workload (seq_len within learned position embeddings).
+  Workload workload;
+  workload.micro_batch = plan.training.micro_batch_size;
+  workload.seq_len = plan.training.seq_len;
+  workload.dtype = plan.training.dtype;
+  if (Status status = ValidateWorkload(plan.model, workload); !status.ok()) {
+    return Status::InvalidInput(
+        fmt::format("{}: training.seq_len: {}", Where(seq_len_mark), status.message()));
+  }
+
+  // Keeps activation byte counts inside int64_t.
+  const double tokens = static_cast<double>(plan.training.seq_len) *
+                        static_cast<double>(plan.training.micro_batch_size);
+  const double per_token =
+      plan.model.layers * (static_cast<double>(plan.model.hidden) +
+                           static_cast<double>(plan.model.ffn) * plan.model.experts_per_token) +
+      static_cast<double>(plan.model.vocab);
+  if (tokens * per_token > kMaxActivationElements) {
+    return Error(training_mark, "training",
+                 "a micro-batch of at most 2^50 activation elements (seq_len x "
+                 "micro_batch_size x per-token width)",
+                 fmt::format("about {:.3g}", tokens * per_token));
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::string_view StrategyName(Strategy strategy) {
+  for (const auto& entry : kStrategies) {
+    if (entry.value == strategy) return entry.name;
+  }
+  return "unknown";
+}
+
+HostConfig DefaultHostConfig() {
+  HostConfig host;
+  host.launch_overhead_ns = kDefaultLaunchOverheadNs;
+  host.hook_overhead_ns = kDefaultHookOverheadNs;
+  host.python_op_overhead_ns = kDefaultPythonOpOverheadNs;
+  host.max_queued_launches_per_stream = kDefaultMaxQueuedLaunchesPerStream;
+  return host;
+}
+
+ContentionConfig DefaultContentionConfig() {
+  ContentionConfig contention;
+  contention.compute_slowdown = kDefaultComputeSlowdown;
+  contention.comm_slowdown = kDefaultCommSlowdown;
+  return contention;
+}
+
+StatusOr<Plan> ParsePlan(std::string_view yaml_text, const std::string& source) {
+  try {
+    return PlanParser(source).Parse(yaml_text);
+  } catch (const YAML::Exception& e) {
+    // Syntax errors (ParserException, including yaml-cpp's nesting-depth guard) carry a mark.
+    const int line = e.mark.is_null() ? 1 : e.mark.line + 1;
+    const int column = e.mark.is_null() ? 1 : e.mark.column + 1;
+    return Status::InvalidInput(
+        fmt::format("{}:{}:{}: invalid YAML: {}", source, line, column, e.msg));
+  } catch (const std::exception& e) {
+    return Status::Internal(fmt::format("{}: reading the plan failed: {}", source, e.what()));
+  } catch (...) {
+    return Status::Internal(fmt::format("{}: reading the plan failed", source));
+  }
+}
+
+StatusOr<Plan> LoadPlanFile(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return Status::IoError(fmt::format("cannot read plan '{}': {}", path, std::strerror(errno)));
+  }
+  std::string text;
+  std::array<char, 65536> buffer;
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), file)) > 0) {
+    text.append(buffer.data(), n);
+    if (text.size() > kMaxPlanFileBytes) {
+      std::fclose(file);
+      return Status::InvalidInput(
+          fmt::format("{}:1:1: (top level): expected a plan file of at most {} bytes, got more",
+                      path, kMaxPlanFileBytes));
+    }
+  }
+  // fopen succeeds on a directory; the read then fails with EISDIR.
+  const bool failed = std::ferror(file) != 0;
+  const int read_errno = errno;
+  std::fclose(file);
+  if (failed) {
+    return Status::IoError(
+        fmt::format("cannot read plan '{}': {}", path, std::strerror(read_errno)));
+  }
+  return ParsePlan(text, path);
+}
+
+}  // namespace shardscope::sim
