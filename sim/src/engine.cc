@@ -159,9 +159,21 @@ class Engine {
   StatusOr<SimulationResult> Run();
 
  private:
+  // Events for the current instant go to a FIFO: every event already in the heap for this
+  // instant was pushed earlier (smaller sequence number), and the FIFO keeps push order, so
+  // (time, sequence) order is preserved while the heap sees fewer operations.
   void Push(int64_t time, EventPayload payload) {
-    events_.push(ScheduledEvent{time, next_seq_++, payload});
+    if (time < now_) {  // a bug in a model: never let the clock run backwards
+      if (past_event_.empty()) past_event_ = fmt::format("event at {} ns pushed at {} ns", time, now_);
+      time = now_;
+    }
+    if (time == now_) {
+      now_events_.push_back(payload);
+    } else {
+      events_.push(ScheduledEvent{time, next_seq_++, payload});
+    }
   }
+  bool PopNext(EventPayload& payload);
   const Op& OpOf(const RankState& r, int32_t op_index) const {
     return r.program->ops[static_cast<size_t>(op_index)];
   }
@@ -207,6 +219,8 @@ class Engine {
   int64_t now_ = 0;
   uint64_t next_seq_ = 0;
   std::priority_queue<ScheduledEvent, std::vector<ScheduledEvent>, std::greater<>> events_;
+  std::deque<EventPayload> now_events_;
+  std::string past_event_;  // set when something scheduled an event in the past
   std::vector<RankState> ranks_;
   std::vector<Activity> activities_;
   std::vector<int32_t> free_activities_;
@@ -253,33 +267,29 @@ StatusOr<SimulationResult> Engine::Run() {
   int64_t total_ops = 0;
   for (const RankState& r : ranks_) total_ops += static_cast<int64_t>(r.program->ops.size());
   constexpr int64_t kProgressEvery = int64_t{1} << 20;  // events between progress calls
-  while (!events_.empty()) {
+  EventPayload payload;
+  while (PopNext(payload)) {
     if (config_.progress && (events_processed_ & (kProgressEvery - 1)) == 0 && total_ops > 0) {
       config_.progress(static_cast<double>(ops_executed_) / static_cast<double>(total_ops));
     }
-    ScheduledEvent ev = events_.top();
-    events_.pop();
-    if (ev.time < now_) {
-      return Status::Internal(fmt::format("event at {} ns is before the clock ({} ns)", ev.time, now_));
-    }
-    now_ = ev.time;
     ++events_processed_;
-    if (const auto* resume = std::get_if<HostResume>(&ev.payload)) {
+    if (const auto* resume = std::get_if<HostResume>(&payload)) {
       RankState& r = ranks_[static_cast<size_t>(resume->rank)];
       r.host.wait = HostWait::kNone;
       RunHost(r);
-    } else if (const auto* wake = std::get_if<StreamWake>(&ev.payload)) {
+    } else if (const auto* wake = std::get_if<StreamWake>(&payload)) {
       RankState& r = ranks_[static_cast<size_t>(wake->rank)];
       StreamState& s = r.streams[static_cast<size_t>(wake->stream)];
       if (s.wake_at == now_) s.wake_at = -1;
       AdvanceStream(r, wake->stream);
     } else {
-      const auto& done = std::get<ActivityDone>(ev.payload);
+      const auto& done = std::get<ActivityDone>(payload);
       const Activity& a = activities_[static_cast<size_t>(done.activity)];
       if (a.live && a.version == done.version) FinishActivity(done.activity);
     }
   }
 
+  if (!past_event_.empty()) return Status::Internal(past_event_);
   SimulationResult result;
   result.ops_executed = ops_executed_;
   result.events_processed = events_processed_;
@@ -296,6 +306,26 @@ StatusOr<SimulationResult> Engine::Run() {
     result.ranks.push_back(std::move(r.stats));
   }
   return result;
+}
+
+// Heap events due now (pushed before this instant began) come first, then this instant's
+// FIFO; only then does the clock advance.
+bool Engine::PopNext(EventPayload& payload) {
+  if (!events_.empty() && events_.top().time == now_) {
+    payload = events_.top().payload;
+    events_.pop();
+    return true;
+  }
+  if (!now_events_.empty()) {
+    payload = now_events_.front();
+    now_events_.pop_front();
+    return true;
+  }
+  if (events_.empty()) return false;
+  now_ = events_.top().time;  // the heap never holds a time before now_: Push routes now_ to the FIFO
+  payload = events_.top().payload;
+  events_.pop();
+  return true;
 }
 
 // ---- Host thread
