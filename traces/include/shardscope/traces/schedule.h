@@ -43,6 +43,7 @@ std::optional<DType> ParseDType(std::string_view name);  // also accepts "float3
 struct GemmDesc {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   DType dtype = DType::kBFloat16;
+  bool operator==(const GemmDesc&) const = default;
 };
 
 // Scaled dot-product attention (flash-attention style: no materialized score matrix).
@@ -52,16 +53,19 @@ struct AttentionDesc {
   bool causal = true;
   bool backward = false;
   DType dtype = DType::kBFloat16;
+  bool operator==(const AttentionDesc&) const = default;
 };
 
 // Elementwise / reduction / copy kernels: cost is bytes moved through HBM.
 struct MemoryBoundDesc {
   int64_t bytes_read = 0, bytes_written = 0;
+  bool operator==(const MemoryBoundDesc&) const = default;
 };
 
 // A kernel whose duration is known (measured, or a spin kernel).
 struct FixedDurationDesc {
   int64_t duration_ns = 0;
+  bool operator==(const FixedDurationDesc&) const = default;
 };
 
 using ComputeDesc = std::variant<GemmDesc, AttentionDesc, MemoryBoundDesc, FixedDurationDesc>;
@@ -91,6 +95,7 @@ inline constexpr NameIndex kNoName = -1;
 struct KernelOp {
   StreamIndex stream = 0;
   ComputeDesc compute;
+  bool operator==(const KernelOp&) const = default;
 };
 
 // A collective (or point-to-point) NCCL call on a stream.
@@ -104,18 +109,21 @@ struct CollectiveOp {
   int64_t bytes = 0;
   DType dtype = DType::kBFloat16;
   int32_t peer = -1;  // send / recv: the peer's global rank; broadcast / reduce: the root
+  bool operator==(const CollectiveOp&) const = default;
 };
 
 struct MemcpyOp {
   MemcpyKind kind = MemcpyKind::kDeviceToDevice;
   StreamIndex stream = 0;
   int64_t bytes = 0;
+  bool operator==(const MemcpyOp&) const = default;
 };
 
 // cudaEventRecord(event, stream).
 struct EventRecordOp {
   EventIndex event = 0;
   StreamIndex stream = 0;
+  bool operator==(const EventRecordOp&) const = default;
 };
 
 // cudaStreamWaitEvent(stream, event): waits for the most recent record of `event` issued
@@ -123,24 +131,30 @@ struct EventRecordOp {
 struct StreamWaitEventOp {
   StreamIndex stream = 0;
   EventIndex event = 0;
+  bool operator==(const StreamWaitEventOp&) const = default;
 };
 
 // The host blocks until the stream has drained.
 struct StreamSynchronizeOp {
   StreamIndex stream = 0;
+  bool operator==(const StreamSynchronizeOp&) const = default;
 };
 
 // The host blocks until every stream of its device has drained.
-struct DeviceSynchronizeOp {};
+struct DeviceSynchronizeOp {
+  bool operator==(const DeviceSynchronizeOp&) const = default;
+};
 
 // The host blocks until the most recent record of the event has completed.
 struct EventSynchronizeOp {
   EventIndex event = 0;
+  bool operator==(const EventSynchronizeOp&) const = default;
 };
 
 // CPU time on the host thread (Python, hooks, optimizer bookkeeping).
 struct HostWorkOp {
   int64_t duration_ns = 0;
+  bool operator==(const HostWorkOp&) const = default;
 };
 
 // The caching allocator sees allocations on the host timeline; the block is associated
@@ -149,11 +163,13 @@ struct AllocateOp {
   TensorIndex tensor = 0;
   int64_t bytes = 0;
   StreamIndex stream = 0;
+  bool operator==(const AllocateOp&) const = default;
 };
 
 // Frees the tensor's block; stream-ordered on the stream it was allocated on.
 struct FreeOp {
   TensorIndex tensor = 0;
+  bool operator==(const FreeOp&) const = default;
 };
 
 using OpPayload = std::variant<KernelOp, CollectiveOp, MemcpyOp, EventRecordOp, StreamWaitEventOp,
@@ -169,6 +185,7 @@ struct OpTags {
   NameIndex module = kNoName;  // e.g. "layers.3" (into Program::names)
   Phase phase = Phase::kNone;
   int32_t micro_batch = -1;    // -1: not tagged
+  bool operator==(const OpTags&) const = default;
 };
 
 struct Op {
@@ -176,11 +193,13 @@ struct Op {
   NameIndex name = kNoName;    // display name, e.g. "gemm qkv" (into Program::names)
   OpTags tags;
   OpPayload payload;
+  bool operator==(const Op&) const = default;
 };
 
 struct StreamDecl {
   std::string name;
   int32_t priority = 0;  // CUDA convention: lower number = higher priority
+  bool operator==(const StreamDecl&) const = default;
 };
 
 struct Program {
@@ -197,16 +216,19 @@ struct Program {
   std::string_view NameOf(NameIndex index) const {
     return index < 0 ? std::string_view() : std::string_view(names[static_cast<size_t>(index)]);
   }
+  bool operator==(const Program&) const = default;
 };
 
 struct Communicator {
   std::string name;
   std::vector<int32_t> ranks;  // global ranks, in NCCL rank order
+  bool operator==(const Communicator&) const = default;
 };
 
 struct RankBinding {
   int32_t program = 0;                   // index into Schedule::programs
   std::vector<int32_t> comm_binding;     // CommSlot -> index into Schedule::communicators
+  bool operator==(const RankBinding&) const = default;
 };
 
 struct Schedule {
@@ -229,6 +251,8 @@ struct Schedule {
   // Fills comm_binding of every rank for slots left unbound, by name. Fails if a slot
   // names no communicator.
   Status ResolveBindings();
+  // Field-by-field equality (the JSON round trip is exact under it).
+  bool operator==(const Schedule&) const = default;
 };
 
 // Checks what the simulator and runtime rely on, naming the rank, op id and reason:

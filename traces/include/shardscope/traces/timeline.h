@@ -37,6 +37,7 @@ Category ParseCategory(std::string_view name);  // unknown -> kOther
 struct Arg {
   std::string key;
   std::variant<int64_t, double, std::string> value;
+  bool operator==(const Arg&) const = default;
 };
 
 // NCCL-style arguments of a collective kernel (PyTorch profiler's names in comments).
@@ -49,12 +50,14 @@ struct CollectiveInfo {
   int32_t group_size = 0;        // "Group size"
   int64_t seq = -1;              // "Seq": per-communicator sequence number
   int32_t rank = -1;             // "Rank" (global)
+  bool operator==(const CollectiveInfo&) const = default;
 };
 
 struct ProcessInfo {
   int32_t pid = 0;
   std::string name;     // "rank 3"
   int32_t sort_index = 0;
+  bool operator==(const ProcessInfo&) const = default;
 };
 
 struct ThreadInfo {
@@ -62,6 +65,7 @@ struct ThreadInfo {
   int32_t tid = 0;
   std::string name;     // "host thread", "stream 1 compute"
   int32_t sort_index = 0;
+  bool operator==(const ThreadInfo&) const = default;
 };
 
 struct Slice {
@@ -76,6 +80,7 @@ struct Slice {
   int64_t correlation = -1;            // "correlation": links a launch to its kernel
   std::optional<CollectiveInfo> collective;
   std::vector<Arg> args;               // any further args, kept in order
+  bool operator==(const Slice&) const = default;
 };
 
 struct Instant {
@@ -86,6 +91,7 @@ struct Instant {
   std::string category;
   char scope = 't';                    // 't' thread, 'p' process, 'g' global
   std::vector<Arg> args;
+  bool operator==(const Instant&) const = default;
 };
 
 // One sample of a counter track; every value becomes its own track "<name> <key>".
@@ -94,6 +100,7 @@ struct CounterSample {
   int64_t ts_ns = 0;
   std::string name;
   std::vector<std::pair<std::string, double>> values;
+  bool operator==(const CounterSample&) const = default;
 };
 
 // A flow arrow from a point inside one slice to the start of another.
@@ -105,6 +112,7 @@ struct Flow {
   int64_t from_ts_ns = 0;
   int32_t to_pid = 0, to_tid = 0;
   int64_t to_ts_ns = 0;
+  bool operator==(const Flow&) const = default;
 };
 
 // Trace-wide information (Kineto's top-level keys).
@@ -115,6 +123,7 @@ struct TraceInfo {
   int64_t base_time_ns = 0;            // baseTimeNanoseconds
   std::string producer = "shardscope"; // who wrote it ("shardscope simulate", "torch", ...)
   std::vector<Arg> extra;              // further top-level keys
+  bool operator==(const TraceInfo&) const = default;
 };
 
 // Receives timeline events in any order. Implementations must not assume sorting.
