@@ -78,9 +78,9 @@ constexpr double kCausalFraction = 0.5;
 
 // ---- Presets
 
-// Llama family: SwiGLU, RMSNorm, RoPE, no biases, untied output head.
-ModelSpec LlamaFamily(std::string name, int32_t layers, int64_t hidden, int32_t heads,
-                      int32_t kv_heads, int64_t ffn, int64_t vocab) {
+// The dimensions every family shares; each family then sets its architecture.
+ModelSpec Dimensions(std::string name, int32_t layers, int64_t hidden, int32_t heads, int32_t kv_heads,
+                     int64_t ffn, int64_t vocab) {
   ModelSpec m;
   m.name = std::move(name);
   m.layers = layers;
@@ -89,6 +89,13 @@ ModelSpec LlamaFamily(std::string name, int32_t layers, int64_t hidden, int32_t 
   m.kv_heads = kv_heads;
   m.ffn = ffn;
   m.vocab = vocab;
+  return m;
+}
+
+// Llama family: SwiGLU, RMSNorm, RoPE, no biases, untied output head.
+ModelSpec LlamaFamily(std::string name, int32_t layers, int64_t hidden, int32_t heads,
+                      int32_t kv_heads, int64_t ffn, int64_t vocab) {
+  ModelSpec m = Dimensions(std::move(name), layers, hidden, heads, kv_heads, ffn, vocab);
   m.mlp = MlpKind::kSwiGlu;
   m.norm = NormKind::kRmsNorm;
   return m;
@@ -99,14 +106,7 @@ ModelSpec LlamaFamily(std::string name, int32_t layers, int64_t hidden, int32_t 
 // Attention is modelled dense: GPT-3's alternating locally banded sparse layers are not.
 ModelSpec Gpt3Family(std::string name, int32_t layers, int64_t hidden, int32_t heads,
                      int64_t ffn, int64_t vocab, int64_t max_positions) {
-  ModelSpec m;
-  m.name = std::move(name);
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn = ffn;
-  m.vocab = vocab;
+  ModelSpec m = Dimensions(std::move(name), layers, hidden, heads, heads, ffn, vocab);
   m.max_positions = max_positions;
   m.learned_positions = true;
   m.tied_embeddings = true;
@@ -122,14 +122,7 @@ ModelSpec Gpt3Family(std::string name, int32_t layers, int64_t hidden, int32_t h
 // expansion_ratio 4, output head tied to wte.
 ModelSpec MptFamily(std::string name, int32_t layers, int64_t hidden, int32_t heads,
                     int64_t ffn, int64_t vocab) {
-  ModelSpec m;
-  m.name = std::move(name);
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn = ffn;
-  m.vocab = vocab;
+  ModelSpec m = Dimensions(std::move(name), layers, hidden, heads, heads, ffn, vocab);
   m.alibi = true;
   m.tied_embeddings = true;
   m.mlp = MlpKind::kGelu;
@@ -146,14 +139,7 @@ ModelSpec MptFamily(std::string name, int32_t layers, int64_t hidden, int32_t he
 // still count as parameters because the checkpoint has them.
 ModelSpec RobertaFamily(std::string name, int32_t layers, int64_t hidden, int32_t heads,
                         int64_t ffn, int64_t vocab, int64_t max_positions) {
-  ModelSpec m;
-  m.name = std::move(name);
-  m.layers = layers;
-  m.hidden = hidden;
-  m.heads = heads;
-  m.kv_heads = heads;
-  m.ffn = ffn;
-  m.vocab = vocab;
+  ModelSpec m = Dimensions(std::move(name), layers, hidden, heads, heads, ffn, vocab);
   m.max_positions = max_positions;
   m.learned_positions = true;
   m.reserved_position_rows = 2;
