@@ -33,7 +33,7 @@ if [ "$fuzz_seconds" -gt 0 ]; then
     if [ -d "tests/regressions/$corpus" ]; then cp -r "tests/regressions/$corpus/." "$work/"; fi
     echo "-- $name"
     "./build-fuzz/bin/$name" -max_total_time="$fuzz_seconds" -max_len=8192 -timeout=10 \
-      -rss_limit_mb=2048 -print_final_stats=1 "$work" 2>&1 | tail -n 3
+      -rss_limit_mb=2048 -print_final_stats=1 "$work" 2>&1 | grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|SUMMARY"
     rm -rf "$work"
   done
 fi
