@@ -1,7 +1,7 @@
 // Simulator speed: raw engine throughput (simulated ops per second on one core) and a
 // whole Llama-3-70B FSDP2 step at 128, 1,024 and 8,192 GPUs, lowering and simulation timed
 // separately, with the process's peak RSS. Run one world size per process for a clean RSS:
-//   build/bin/shardscope_bench --benchmark_filter='Llama70bFsdp2Step/1024'
+//   build/bin/shardscope_bench --benchmark_filter='Llama70bFsdp2Step/gpus:1024/allocator:1'
 #include <sys/resource.h>
 
 #include <benchmark/benchmark.h>
@@ -98,8 +98,11 @@ void BM_SimulatedOpsPerSecond(benchmark::State& state) {
 BENCHMARK(BM_SimulatedOpsPerSecond)->Arg(8)->Arg(64)->Unit(benchmark::kMillisecond);
 
 // Llama-3-70B, FSDP2 full shard, seq 8192, micro-batch 1, on `gpus` H100s (dgx-h100 nodes).
+// range(1): 1 = the caching allocator simulated (the default), 0 = allocations ignored, to
+// measure what the allocator model costs side by side.
 void BM_Llama70bFsdp2Step(benchmark::State& state) {
   const auto gpus = static_cast<int32_t>(state.range(0));
+  const bool with_allocator = state.range(1) != 0;
   const std::string yaml = fmt::format(
       "model: llama3-70b\n"
       "cluster: {{preset: dgx-h100, nodes: {}}}\n"
@@ -123,7 +126,9 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     }
     StatusOr<SimulationSetup> setup = SetupFromSchedule(*schedule, "<bench>");
     ClusterCostProvider costs(*schedule, setup->cluster);
-    auto result = Simulate(*schedule, costs, EngineConfigFor(*setup), nullptr);
+    EngineConfig config = EngineConfigFor(*setup, schedule->world_size());
+    config.memory.enabled = with_allocator;
+    auto result = Simulate(*schedule, costs, config, nullptr);
     const auto t2 = std::chrono::steady_clock::now();
     if (!result.ok()) {
       state.SkipWithError(result.status().message().c_str());
@@ -143,7 +148,11 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
   state.counters["ops_per_rank"] = static_cast<double>(ops) / n / gpus;
   state.counters["peak_rss_MiB"] = PeakRssMiB();
 }
-BENCHMARK(BM_Llama70bFsdp2Step)->Arg(128)->Arg(1024)->Arg(8192)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_Llama70bFsdp2Step)
+    ->ArgsProduct({{128, 1024, 8192}, {1, 0}})
+    ->ArgNames({"gpus", "allocator"})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace shardscope::sim

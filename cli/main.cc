@@ -14,9 +14,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "shardscope/sim/alloc_trace.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/plan.h"
 #include "shardscope/sim/simulation.h"
+#include "commands.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/traces/schedule_json.h"
@@ -122,7 +124,7 @@ Status RunSimulate(const SimulateOptions& options) {
   const traces::Schedule& schedule = loaded.schedule;
   const sim::SimulationSetup& setup = loaded.setup;
   sim::ClusterCostProvider costs(schedule, setup.cluster);
-  sim::EngineConfig config = sim::EngineConfigFor(setup);
+  sim::EngineConfig config = sim::EngineConfigFor(setup, schedule.world_size());
   if (!options.quiet && isatty(STDERR_FILENO)) {
     config.progress = [](double fraction) {
       std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
@@ -170,6 +172,15 @@ Status RunSimulate(const SimulateOptions& options) {
     }
   }
   SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
+  // The allocator's state per traced rank, in torch.cuda.memory._snapshot()'s layout.
+  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
+    const sim::RankMemory& memory = result.ranks[rank].memory;
+    if (memory.snapshot.empty() && memory.history.empty()) continue;
+    const std::string path =
+        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.json", rank)).string();
+    SHARDSCOPE_RETURN_IF_ERROR(
+        WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
+  }
   const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
   SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(report_path, sim::ReportJson(schedule, setup, result)));
   std::cout << sim::SummaryText(schedule, setup, result);
@@ -186,6 +197,65 @@ Status RunSchedule(const std::string& input, const std::string& output) {
   return Status::Ok();
 }
 
+
+// `alloc-replay`: replays an allocation trace through the caching-allocator model.
+// `alloc-trace`: writes the allocation trace of one rank of a plan. Both exist to check the
+// model against PyTorch's allocator on a GPU (docs/VALIDATION.md).
+struct AllocTraceOptions {
+  std::string replay_input;
+  bool replay_json = false;
+  std::string plan;
+  std::string output;
+  int32_t rank = 0;
+  double device_memory_gb = 16;  // fits every data-center GPU, so the trace runs on any of them
+};
+
+Status RunAllocReplay(const AllocTraceOptions& options) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::AllocTrace trace, sim::ReadAllocTraceFile(options.replay_input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::AllocReplayResult result, sim::ReplayAllocTrace(trace));
+  if (options.replay_json) {
+    std::cout << sim::AllocReplayResultToJson(trace, result, options.replay_input);
+    return Status::Ok();
+  }
+  constexpr double kBytesPerMiB = 1 << 20;
+  const sim::MemoryStats& s = result.stats;
+  std::cout << fmt::format("{}: {} ops, alloc_conf '{}', memory_fraction {}, device {} bytes\n", options.replay_input,
+                           trace.ops.size(), trace.alloc_conf, trace.memory_fraction, trace.device_memory_bytes);
+  std::cout << fmt::format("  peak reserved      {:>12.2f} MiB ({} B)\n", s.reserved_bytes_peak / kBytesPerMiB,
+                           s.reserved_bytes_peak);
+  std::cout << fmt::format("  peak allocated     {:>12.2f} MiB ({} B)\n", s.allocated_bytes_peak / kBytesPerMiB,
+                           s.allocated_bytes_peak);
+  std::cout << fmt::format("  num_alloc_retries  {:>12}\n", s.num_alloc_retries);
+  std::cout << fmt::format("  num_ooms           {:>12}\n", s.num_ooms);
+  std::cout << fmt::format("  segments           {:>12} (peak {})\n", s.segment, s.segment_peak);
+  for (const sim::AllocReplayOom& oom : result.ooms) {
+    std::cout << fmt::format("  OOM at ops[{}]: requested {} B, {} B free on the device\n", oom.op_index,
+                             oom.outcome.requested_bytes, oom.outcome.device_free_bytes);
+  }
+  return Status::Ok();
+}
+
+Status RunAllocTrace(const AllocTraceOptions& options) {
+  constexpr double kBytesPerGiB = double(int64_t{1} << 30);
+  if (!(options.device_memory_gb > 0) || options.device_memory_gb * kBytesPerGiB > 9.0e18) {
+    return Status::InvalidInput(
+        fmt::format("--device-memory-gb: expected a positive number of GiB, got {}", options.device_memory_gb));
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(options.plan));
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule schedule, sim::LowerPlan(plan));
+  if (options.rank < 0 || options.rank >= schedule.world_size()) {
+    return Status::InvalidInput(fmt::format("{}: --rank {} is outside the world of {} ranks", options.plan,
+                                            options.rank, schedule.world_size()));
+  }
+  const auto device_bytes = static_cast<int64_t>(options.device_memory_gb * kBytesPerGiB);
+  sim::AllocTrace trace = sim::AllocTraceFromSchedule(schedule, options.rank, device_bytes);
+  trace.description = fmt::format("{}, rank {}: {}", std::filesystem::path(options.plan).filename().string(),
+                                  options.rank, trace.description);
+  SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(options.output, sim::AllocTraceToJson(trace)));
+  std::cout << fmt::format("wrote {}: {} ops, {} streams, device {} bytes\n", options.output, trace.ops.size(),
+                           trace.streams, trace.device_memory_bytes);
+  return Status::Ok();
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,6 +282,21 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   schedule_cmd->add_option("-o,--output", schedule_output, "Schedule JSON to write")->capture_default_str();
 
+  AllocTraceOptions alloc;
+  CLI::App* alloc_replay_cmd = app.add_subcommand(
+      "alloc-replay", "Replay an allocation trace (JSON, docs/ALLOC_TRACE.md) through the caching-allocator model");
+  alloc_replay_cmd->add_option("trace", alloc.replay_input, "Allocation trace JSON")->required()->check(CLI::ExistingFile);
+  alloc_replay_cmd->add_flag("--json", alloc.replay_json, "Print the statistics as JSON (torch.cuda.memory_stats() keys)");
+  CLI::App* alloc_trace_cmd = app.add_subcommand("alloc-trace", "Write the allocation trace of one rank of a plan");
+  alloc_trace_cmd->add_option("plan", alloc.plan, "Plan YAML")->required()->check(CLI::ExistingFile);
+  alloc_trace_cmd->add_option("--rank", alloc.rank, "Rank whose program is traced")->capture_default_str();
+  alloc_trace_cmd->add_option("-o,--output", alloc.output, "Allocation trace JSON to write")->required();
+  alloc_trace_cmd->add_option("--device-memory-gb", alloc.device_memory_gb, "Device memory of the trace, in GiB")
+      ->capture_default_str();
+
+  const shardscope::cli::CommandRunner memory_runner = shardscope::cli::AddMemoryCommand(app);
+  const shardscope::cli::CommandRunner fit_runner = shardscope::cli::AddFitCommand(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -222,5 +307,9 @@ int main(int argc, char** argv) {
   Status status;
   if (*simulate_cmd) status = RunSimulate(simulate);
   if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output);
+  if (*alloc_replay_cmd) status = RunAllocReplay(alloc);
+  if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
+  if (std::optional<Status> ran = memory_runner()) status = *ran;
+  if (std::optional<Status> ran = fit_runner()) status = *ran;
   return status.ok() ? 0 : Fail(status);
 }

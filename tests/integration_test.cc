@@ -43,7 +43,7 @@ SimRun MustSimulate(const Schedule& schedule, std::vector<int32_t> trace_ranks =
   run.setup = *setup;
   sim::ClusterCostProvider costs(schedule, run.setup.cluster);
   sim::TraceRecorder recorder(schedule, trace_ranks, run.timeline);
-  StatusOr<sim::SimulationResult> result = sim::Simulate(schedule, costs, sim::EngineConfigFor(run.setup), &recorder);
+  StatusOr<sim::SimulationResult> result = sim::Simulate(schedule, costs, sim::EngineConfigFor(run.setup, schedule.world_size()), &recorder);
   EXPECT_TRUE(result.ok()) << result.status().message();
   run.result = *result;
   run.report = sim::ReportJson(schedule, run.setup, run.result);

@@ -49,7 +49,8 @@ struct StreamState {
   bool Idle() const { return queue.empty() && running_activity < 0; }
 };
 
-enum class HostWait : uint8_t { kNone, kResumeScheduled, kStream, kDevice, kRecord, kQueueFull, kDone };
+// kStopped: the rank ran out of memory and issues nothing more.
+enum class HostWait : uint8_t { kNone, kResumeScheduled, kStream, kDevice, kRecord, kQueueFull, kStopped, kDone };
 
 struct HostState {
   int32_t pc = 0;
@@ -58,6 +59,7 @@ struct HostState {
   int64_t wait_target = 0;        // stream index or record index
   int64_t wait_start = 0;
   int64_t launch_blocked_since = -1;  // the pending launch blocked on a full queue since
+  int64_t pending_cost_ns = 0;        // host time still owed once a device wait ends
 };
 
 // Per (rank, communicator): NCCL serializes a communicator's work on each member.
@@ -81,6 +83,16 @@ struct RankState {
   int64_t last_change_ns = 0;              // for integrating compute/comm/overlap time
   RankStats stats;
   bool want_trace = false;
+  // The caching allocator (memory simulation only).
+  std::unique_ptr<DeviceMemory> device_memory;
+  std::unique_ptr<StreamEvents> alloc_events;
+  std::unique_ptr<CachingAllocator> allocator;
+  std::vector<uint64_t> tensor_address;    // per TensorIndex: the live block, 0 = none
+  std::vector<int32_t> live_tensors;       // TensorIndex of live tensors (record_history only)
+  std::vector<int64_t> tensor_bytes;       // per TensorIndex: requested bytes (record_history only)
+  std::vector<bool> preallocated;          // per TensorIndex: live since the warm-up step
+  bool alloc_needs_sync = false;           // the allocator waited for an event in this call
+  int64_t reserved_peak_seen = -1;
 };
 
 struct Participant {
@@ -178,7 +190,25 @@ class Engine {
     return r.program->ops[static_cast<size_t>(op_index)];
   }
 
+  // The allocator's stream events: records queued on the rank's streams like cudaEventRecord.
+  class AllocatorEvents : public StreamEvents {
+   public:
+    AllocatorEvents(Engine& engine, int32_t rank) : engine_(engine), rank_(rank) {}
+    EventToken Record(AllocStream stream) override;
+    bool Query(EventToken event) override;
+    void Synchronize(EventToken event) override;
+
+   private:
+    Engine& engine_;
+    int32_t rank_;
+  };
+
   void RunHost(RankState& r);
+  bool Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t);
+  void FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t);
+  void AfterAllocatorCall(RankState& r, int64_t t);
+  void CreateAllocator(RankState& r);
+  void WarmAllocator(RankState& r);
   void Enqueue(RankState& r, int32_t stream, QueueItem item);
   void ScheduleStreamWake(RankState& r, int32_t stream, int64_t time);
   void AdvanceStream(RankState& r, int32_t stream);
@@ -221,6 +251,7 @@ class Engine {
   std::priority_queue<ScheduledEvent, std::vector<ScheduledEvent>, std::greater<>> events_;
   std::deque<EventPayload> now_events_;
   std::string past_event_;  // set when something scheduled an event in the past
+  bool warming_ = false;    // replaying a rank's first step into its allocator
   std::vector<RankState> ranks_;
   std::vector<Activity> activities_;
   std::vector<int32_t> free_activities_;
@@ -260,6 +291,15 @@ StatusOr<SimulationResult> Engine::Run() {
       r.lane_of_slot.push_back(lane);
     }
     r.want_trace = observer_ != nullptr && observer_->WantsRank(rank);
+    if (config_.memory.enabled) {
+      const auto& capacities = config_.memory.capacity_bytes;
+      if (capacities.empty()) return Status::Internal("memory simulation without capacities");
+      const int64_t capacity = capacities[std::min(static_cast<size_t>(rank), capacities.size() - 1)];
+      r.stats.memory.capacity_bytes = capacity;
+      r.alloc_events = std::make_unique<AllocatorEvents>(*this, rank);
+      CreateAllocator(r);
+      if (config_.memory.warm_start) WarmAllocator(r);
+    }
     Push(0, HostResume{rank});
     r.host.wait = HostWait::kResumeScheduled;
   }
@@ -298,6 +338,13 @@ StatusOr<SimulationResult> Engine::Run() {
     bool streams_idle = std::all_of(r.streams.begin(), r.streams.end(),
                                     [](const StreamState& s) { return s.Idle(); });
     r.stats.finished = r.host.wait == HostWait::kDone && streams_idle;
+    if (r.allocator) {
+      r.stats.memory.stats = r.allocator->stats();
+      if (config_.memory.record_history && r.want_trace) {
+        r.stats.memory.snapshot = r.allocator->Snapshot();
+        r.stats.memory.history = r.allocator->history();
+      }
+    }
     if (!r.stats.finished) {
       result.hung = true;
       result.blocked.push_back(DescribeBlocked(r));
@@ -421,9 +468,23 @@ void Engine::RunHost(RankState& r) {
               host.wait_start = t;
               yielded = true;
             }
+          } else if constexpr (std::is_same_v<T, traces::AllocateOp>) {
+            if (!r.allocator) return;
+            if (r.preallocated[static_cast<size_t>(payload.tensor)]) {  // live since the warm-up
+              r.preallocated[static_cast<size_t>(payload.tensor)] = false;
+              return;
+            }
+            if (t > now_) {
+              // The allocator looks at device progress (completed free events): decide at t.
+              host.wait = HostWait::kResumeScheduled;
+              Push(t, HostResume{r.rank});
+              yielded = true;
+              return;
+            }
+            yielded = !Allocate(r, pc, payload, op.id, t);
           } else {
-            // Allocate / Free: the caching-allocator model (a later issue) hooks in here.
-            static_assert(std::is_same_v<T, traces::AllocateOp> || std::is_same_v<T, traces::FreeOp>);
+            static_assert(std::is_same_v<T, traces::FreeOp>);
+            if (r.allocator) FreeTensor(r, payload, t);
           }
         },
         op.payload);
@@ -438,10 +499,12 @@ void Engine::RunHost(RankState& r) {
 void Engine::UnblockHost(RankState& r) {
   HostState& host = r.host;
   r.stats.host_blocked_ns += now_ - host.wait_start;
-  EmitHost(r, host.pc, HostSpanKind::kSynchronize, host.wait_start, now_, -1);
+  r.stats.host_busy_ns += host.pending_cost_ns;  // e.g. the cudaFree calls after a retry's sync
+  EmitHost(r, host.pc, HostSpanKind::kSynchronize, host.wait_start, now_ + host.pending_cost_ns, -1);
   ++host.pc;
   ++ops_executed_;
-  host.clock = now_;
+  host.clock = now_ + host.pending_cost_ns;
+  host.pending_cost_ns = 0;
   host.wait = HostWait::kResumeScheduled;
   Push(now_, HostResume{r.rank});
 }
@@ -454,6 +517,156 @@ void Engine::PopFront(RankState& r, int32_t stream) {
     host.clock = now_;
     host.wait = HostWait::kResumeScheduled;
     Push(now_, HostResume{r.rank});
+  }
+}
+
+// ---- Memory
+
+EventToken Engine::AllocatorEvents::Record(AllocStream stream) {
+  RankState& r = engine_.ranks_[static_cast<size_t>(rank_)];
+  const auto record = static_cast<int32_t>(r.record_done.size());
+  if (engine_.warming_) {  // no kernels run during the warm-up replay: the event is complete
+    r.record_done.push_back(0);
+    return record;
+  }
+  r.record_done.push_back(-1);
+  engine_.Enqueue(r, stream, QueueItem{-1, record, r.host.clock});
+  return record;
+}
+
+bool Engine::AllocatorEvents::Query(EventToken event) {
+  return engine_.ranks_[static_cast<size_t>(rank_)].record_done[static_cast<size_t>(event)] >= 0;
+}
+
+// The policy goes on as if the event had completed; the engine makes the host wait for the
+// device before the malloc returns (see Allocate).
+void Engine::AllocatorEvents::Synchronize(EventToken event) {
+  RankState& r = engine_.ranks_[static_cast<size_t>(rank_)];
+  if (r.record_done[static_cast<size_t>(event)] < 0) r.alloc_needs_sync = true;
+}
+
+void Engine::CreateAllocator(RankState& r) {
+  r.allocator.reset();
+  r.device_memory = MakeCapacityDeviceMemory(r.stats.memory.capacity_bytes);
+  r.allocator = std::make_unique<CachingAllocator>(config_.memory.allocator, *r.device_memory, *r.alloc_events);
+  r.allocator->RecordHistory(config_.memory.record_history && r.want_trace);
+  const size_t tensors = r.program->tensors.size();
+  r.tensor_address.assign(tensors, 0);
+  r.tensor_bytes.assign(tensors, 0);
+  r.preallocated.assign(tensors, false);
+  r.live_tensors.clear();
+  r.reserved_peak_seen = -1;
+  r.stats.memory.fragmentation_bytes = 0;
+  r.stats.memory.allocated_at_reserved_peak = 0;
+  r.stats.memory.live_at_reserved_peak.clear();
+  r.stats.memory.history_time_ns.clear();
+}
+
+// Replays the rank's allocations and frees once, at time 0 and without costs, so the
+// simulated step starts from the steady-state cache (see MemoryConfig::warm_start).
+void Engine::WarmAllocator(RankState& r) {
+  warming_ = true;
+  bool ran_out = false;
+  for (const Op& op : r.program->ops) {
+    if (const auto* alloc = std::get_if<traces::AllocateOp>(&op.payload)) {
+      const MallocOutcome out = r.allocator->Malloc(alloc->bytes, alloc->stream);
+      if (!out.ok) {
+        ran_out = true;
+        break;
+      }
+      r.tensor_address[static_cast<size_t>(alloc->tensor)] = out.address;
+      if (config_.memory.record_history && r.want_trace) {
+        r.tensor_bytes[static_cast<size_t>(alloc->tensor)] = alloc->bytes;
+        r.live_tensors.push_back(alloc->tensor);
+      }
+      AfterAllocatorCall(r, 0);
+    } else if (const auto* free_op = std::get_if<traces::FreeOp>(&op.payload)) {
+      FreeTensor(r, *free_op, 0);
+    }
+  }
+  warming_ = false;
+  if (ran_out) {
+    CreateAllocator(r);
+    return;
+  }
+  for (size_t tensor = 0; tensor < r.tensor_address.size(); ++tensor) {
+    r.preallocated[tensor] = r.tensor_address[tensor] != 0;
+  }
+}
+
+// Returns false when the host must stop here (blocked on the device, or out of memory).
+bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t) {
+  HostState& host = r.host;
+  r.alloc_needs_sync = false;
+  const MallocOutcome out = r.allocator->Malloc(op.bytes, op.stream);
+  if (!out.ok) {
+    AfterAllocatorCall(r, t);
+    r.stats.memory.oom = OomInfo{op_id, t, out.requested_bytes, out.device_free_bytes, out.largest_free_block};
+    if (r.want_trace) observer_->OnMemoryEvent(r.rank, t, "oom", op.bytes);
+    host.wait = HostWait::kStopped;
+    r.stats.end_ns = std::max(r.stats.end_ns, t);
+    return false;
+  }
+  r.tensor_address[static_cast<size_t>(op.tensor)] = out.address;
+  if (config_.memory.record_history && r.want_trace) {
+    r.tensor_bytes[static_cast<size_t>(op.tensor)] = op.bytes;
+    r.live_tensors.push_back(op.tensor);
+  }
+  if (r.want_trace) {
+    if (out.retried) observer_->OnMemoryEvent(r.rank, t, "alloc_retry", op.bytes);
+    if (out.device_allocs > 0) observer_->OnMemoryEvent(r.rank, t, "segment_alloc", out.block_bytes);
+  }
+  AfterAllocatorCall(r, t);
+  const int64_t cost = out.device_allocs * config_.memory.device_alloc_ns +
+                       out.device_frees * config_.memory.device_free_ns;
+  const bool syncs = out.synchronized || out.device_frees > 0 || r.alloc_needs_sync;
+  const bool idle = std::all_of(r.streams.begin(), r.streams.end(), [](const StreamState& s) { return s.Idle(); });
+  if (syncs && !idle) {
+    // cudaFree synchronizes the device, and the retry path first waits for every outstanding
+    // free event: the host waits for the GPU to drain, then pays for the calls.
+    host.wait = HostWait::kDevice;
+    host.wait_start = t;
+    host.pending_cost_ns = cost;
+    return false;
+  }
+  if (cost > 0) EmitHost(r, pc, HostSpanKind::kApiCall, t, t + cost, -1);
+  host.clock = t + cost;
+  return true;
+}
+
+void Engine::FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t) {
+  uint64_t& address = r.tensor_address[static_cast<size_t>(op.tensor)];
+  if (address == 0) return;  // ValidateSchedule guarantees a live tensor
+  r.allocator->Free(address);
+  address = 0;
+  if (config_.memory.record_history && r.want_trace) {
+    auto it = std::find(r.live_tensors.begin(), r.live_tensors.end(), op.tensor);
+    if (it != r.live_tensors.end()) {
+      *it = r.live_tensors.back();
+      r.live_tensors.pop_back();
+    }
+  }
+  AfterAllocatorCall(r, t);
+}
+
+// Peaks, fragmentation at the reserved peak, trace counters and history times.
+void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
+  const MemoryStats& stats = r.allocator->stats();
+  if (stats.reserved_bytes > r.reserved_peak_seen) {
+    r.reserved_peak_seen = stats.reserved_bytes;
+    r.stats.memory.fragmentation_bytes = stats.reserved_bytes - stats.allocated_bytes;
+    r.stats.memory.allocated_at_reserved_peak = stats.allocated_bytes;
+    if (config_.memory.record_history && r.want_trace) {
+      // Reserved grows only through new segments, so this runs a bounded number of times.
+      auto& live = r.stats.memory.live_at_reserved_peak;
+      live.clear();
+      for (int32_t tensor : r.live_tensors) live.emplace_back(tensor, r.tensor_bytes[static_cast<size_t>(tensor)]);
+    }
+  }
+  if (r.want_trace) {
+    if (!warming_) observer_->OnMemory(r.rank, t, stats.allocated_bytes, stats.reserved_bytes);
+    const size_t entries = r.allocator->history().size();
+    r.stats.memory.history_time_ns.resize(entries, t);
   }
 }
 
@@ -485,6 +698,12 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
     if (item.ready_ns > now_) {
       ScheduleStreamWake(r, stream, item.ready_ns);
       return;
+    }
+    if (item.op_index < 0) {  // an allocator event (record_stream deferral)
+      PopFront(r, stream);
+      r.record_done[static_cast<size_t>(item.aux)] = now_;
+      OnRecordDone(r, item.aux);
+      continue;
     }
     const Op& op = OpOf(r, item.op_index);
     if (const auto* kernel = std::get_if<traces::KernelOp>(&op.payload)) {
@@ -837,11 +1056,18 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
     case HostWait::kQueueFull:
       blocked.host = "blocked in " + DescribeOp(r, r.host.pc);
       break;
+    case HostWait::kStopped:
+      blocked.host = "stopped: out of memory in " + DescribeOp(r, r.host.pc);
+      break;
     default: blocked.host = fmt::format("at op index {}", r.host.pc); break;
   }
   for (size_t i = 0; i < r.streams.size(); ++i) {
     const StreamState& s = r.streams[i];
     if (s.queue.empty()) continue;
+    if (s.queue.front().op_index < 0) {
+      blocked.streams.push_back(fmt::format("stream '{}': an allocator event", r.program->streams[i].name));
+      continue;
+    }
     std::string why = s.at_rendezvous    ? " (waiting for peers)"
                       : s.waiting_turn   ? " (waiting for an earlier op of its communicator)"
                       : s.waiting_record >= 0 ? " (waiting for an event)"

@@ -69,6 +69,15 @@ constexpr int64_t kDefaultHookOverheadNs = 25'000;
 // (>1000)", 2018). 1,024 is that observation rounded to the power of two queues use. 0 in a
 // plan means unlimited.
 constexpr int32_t kDefaultMaxQueuedLaunchesPerStream = 1024;
+
+// Host time of cudaMalloc and cudaFree. Source: University of Virginia CUDA overhead study
+// ("Memory Allocation Overhead", cs.virginia.edu/~mwb7w/cuda_support/
+// memory_management_overhead.html): cudaMalloc costs a roughly constant ~50 us from 4 KiB to
+// 512 KiB and more above. Measured on GPUs of that time; the allocator's segments are 2 MiB
+// and up, so this is a lower bound until calibration measures it. cudaFree: the same figure,
+// an ESTIMATE (its synchronization with the device is modelled separately).
+constexpr int64_t kDefaultCudaMallocNs = 50'000;
+constexpr int64_t kDefaultCudaFreeNs = 50'000;
 constexpr int64_t kMaxQueuedLaunchesPerStream = int64_t{1} << 24;
 
 // Compute slowdown while a collective runs on the same GPU. Source: Lee et al.,
@@ -130,8 +139,12 @@ constexpr double kNsPerUs = 1e3;
 using KeyList = std::span<const std::string_view>;
 
 // clang-format off
-constexpr std::array<std::string_view, 7> kTopKeys = {
-    "model", "cluster", "strategy", "training", "fsdp2", "ddp", "host"};
+constexpr std::array<std::string_view, 8> kTopKeys = {
+    "model", "cluster", "strategy", "training", "fsdp2", "ddp", "host", "allocator"};
+constexpr std::array<std::string_view, 4> kAllocatorKeys = {
+    "conf", "memory_fraction", "memory_reserved_by_others_gb",
+    "memory_reserved_by_others_gb_per_rank"};
+constexpr double kMaxReservedByOthersGb = 1 << 20;
 constexpr std::array<std::string_view, 24> kModelKeys = {
     "preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions",
     "learned_positions", "tied_embeddings", "bias", "mlp", "norm", "attention", "experts",
@@ -148,9 +161,9 @@ constexpr std::array<std::string_view, 5> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing", "dtype"};
 constexpr std::array<std::string_view, 1> kFsdp2Keys = {"reshard_after_forward"};
 constexpr std::array<std::string_view, 1> kDdpKeys = {"bucket_cap_mb"};
-constexpr std::array<std::string_view, 4> kHostKeys = {
+constexpr std::array<std::string_view, 6> kHostKeys = {
     "launch_overhead_us", "hook_overhead_us", "python_op_overhead_us",
-    "max_queued_launches_per_stream"};
+    "max_queued_launches_per_stream", "cuda_malloc_us", "cuda_free_us"};
 // clang-format on
 
 template <typename Enum>
@@ -383,6 +396,7 @@ class PlanParser {
   Status ReadDdp(const Entry& entry, DdpConfig* out) const;
   Status ReadHost(const Entry& entry, HostConfig* out) const;
   Status ReadHostField(const Fields& fields, std::string_view key, int64_t* out_ns) const;
+  Status ReadAllocator(const Entry& entry, int32_t world_size, MemoryPlan* out) const;
 
   const std::string& source_;
 };
@@ -819,10 +833,53 @@ Status PlanParser::ReadHost(const Entry& entry, HostConfig* out) const {
   SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "hook_overhead_us", &out->hook_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(
       ReadHostField(fields, "python_op_overhead_us", &out->python_op_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "cuda_malloc_us", &out->cuda_malloc_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "cuda_free_us", &out->cuda_free_ns));
   if (const Entry* e = fields.Find("max_queued_launches_per_stream")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "host.max_queued_launches_per_stream", 0,
                                          kMaxQueuedLaunchesPerStream,
                                          &out->max_queued_launches_per_stream));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadAllocator(const Entry& entry, int32_t world_size, MemoryPlan* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "allocator", kAllocatorKeys));
+  if (const Entry* e = fields.Find("conf")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadString(*e, "allocator.conf", "a PYTORCH_CUDA_ALLOC_CONF string", &out->alloc_conf));
+    StatusOr<AllocatorConfig> parsed = AllocatorConfig::Parse(out->alloc_conf);
+    if (!parsed.ok()) {
+      return Error(MarkOf(*e), "allocator.conf", "a valid PYTORCH_CUDA_ALLOC_CONF",
+                   fmt::format("{} ({})", Quote(out->alloc_conf), parsed.status().message()));
+    }
+    out->allocator = *parsed;
+  }
+  if (const Entry* e = fields.Find("memory_fraction")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadNumber(*e, "allocator.memory_fraction", 0, true, 1.0,
+                                          &out->allocator.memory_fraction));
+  }
+  auto gib = [](double gb) { return static_cast<int64_t>(std::llround(gb * (1 << 30))); };
+  if (const Entry* e = fields.Find("memory_reserved_by_others_gb")) {
+    double gb = 0;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadNumber(*e, "allocator.memory_reserved_by_others_gb", 0, false,
+                                          kMaxReservedByOthersGb, &gb));
+    out->reserved_by_others_bytes = gib(gb);
+  }
+  if (const Entry* e = fields.Find("memory_reserved_by_others_gb_per_rank")) {
+    const std::string path = "allocator.memory_reserved_by_others_gb_per_rank";
+    if (!e->value.IsMap()) return Error(*e, path, "a mapping of rank: GiB");
+    for (const auto& pair : e->value) {
+      const Entry rank_entry{pair.first.Scalar(), pair.first, pair.first};
+      int64_t rank = 0;
+      SHARDSCOPE_RETURN_IF_ERROR(ReadInt(rank_entry, path + " (rank)", 0, world_size - 1, &rank));
+      const Entry value_entry{rank_entry.key, pair.first, pair.second};
+      double gb = 0;
+      SHARDSCOPE_RETURN_IF_ERROR(
+          ReadNumber(value_entry, JoinPath(path, rank_entry.key), 0, false, kMaxReservedByOthersGb, &gb));
+      out->reserved_by_others_per_rank[static_cast<int32_t>(rank)] = gib(gb);
+    }
   }
   return Status::Ok();
 }
@@ -883,6 +940,9 @@ StatusOr<Plan> PlanParser::Parse(std::string_view text) {
   if (const Entry* e = top.Find("fsdp2")) SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp2(*e, &plan.fsdp2));
   if (const Entry* e = top.Find("ddp")) SHARDSCOPE_RETURN_IF_ERROR(ReadDdp(*e, &plan.ddp));
   if (const Entry* e = top.Find("host")) SHARDSCOPE_RETURN_IF_ERROR(ReadHost(*e, &plan.host));
+  if (const Entry* e = top.Find("allocator")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadAllocator(*e, plan.cluster.world_size(), &plan.memory));
+  }
 
   // The default dtype must suit the GPU too (bf16 on a V100, say); an explicit one was
   // checked where it was read.
@@ -934,6 +994,8 @@ HostConfig DefaultHostConfig() {
   host.hook_overhead_ns = kDefaultHookOverheadNs;
   host.python_op_overhead_ns = kDefaultPythonOpOverheadNs;
   host.max_queued_launches_per_stream = kDefaultMaxQueuedLaunchesPerStream;
+  host.cuda_malloc_ns = kDefaultCudaMallocNs;
+  host.cuda_free_ns = kDefaultCudaFreeNs;
   return host;
 }
 

@@ -647,7 +647,7 @@ TEST(PlanErrorTest, EmptyFile) {
 TEST(PlanErrorTest, TopLevelNotAMapping) {
   EXPECT_THAT(ParseError("- model\n- cluster\n"),
               HasSubstr("test.yaml:1:1: (top level): expected a mapping with keys model, "
-                        "cluster, strategy, training, fsdp2, ddp, host, got a sequence"));
+                        "cluster, strategy, training, fsdp2, ddp, host, allocator, got a sequence"));
   EXPECT_THAT(ParseError("fsdp2\n"), HasSubstr("got 'fsdp2'"));
 }
 

@@ -142,7 +142,15 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["host.hook_overhead_ns"] = std::to_string(plan.host.hook_overhead_ns);
   m["host.python_op_overhead_ns"] = std::to_string(plan.host.python_op_overhead_ns);
   m["host.max_queued_launches_per_stream"] = std::to_string(plan.host.max_queued_launches_per_stream);
+  m["host.cuda_malloc_ns"] = std::to_string(plan.host.cuda_malloc_ns);
+  m["host.cuda_free_ns"] = std::to_string(plan.host.cuda_free_ns);
   m["training.dtype"] = std::string(traces::DTypeName(plan.training.dtype));
+  m["allocator.conf"] = plan.memory.alloc_conf;
+  m["allocator.memory_fraction"] = Num(plan.memory.allocator.memory_fraction);
+  m["allocator.reserved_by_others_bytes"] = std::to_string(plan.memory.reserved_by_others_bytes);
+  for (const auto& [rank, bytes] : plan.memory.reserved_by_others_per_rank) {
+    m[fmt::format("allocator.reserved_by_others_bytes.{}", rank)] = std::to_string(bytes);
+  }
 }
 
 StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std::string& label) {
@@ -225,6 +233,32 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
       setup.host.python_op_overhead_ns < 0 || setup.host.max_queued_launches_per_stream < 0) {
     return Status::InvalidInput(fmt::format("{}: /metadata: contention and host costs must be >= 0", label));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cuda_malloc_ns", setup.host.cuda_malloc_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cuda_free_ns", setup.host.cuda_free_ns));
+  if (setup.host.cuda_malloc_ns < 0 || setup.host.cuda_free_ns < 0) {
+    return Status::InvalidInput(fmt::format("{}: /metadata: cudaMalloc and cudaFree costs must be >= 0", label));
+  }
+  setup.memory.alloc_conf = md.String("allocator.conf", "");
+  StatusOr<AllocatorConfig> allocator = AllocatorConfig::Parse(setup.memory.alloc_conf);
+  if (!allocator.ok()) {
+    return Status::InvalidInput(fmt::format("{}: /metadata/allocator.conf: {}", label, allocator.status().message()));
+  }
+  setup.memory.allocator = *allocator;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("allocator.memory_fraction", setup.memory.allocator.memory_fraction));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("allocator.reserved_by_others_bytes", setup.memory.reserved_by_others_bytes));
+  if (!(setup.memory.allocator.memory_fraction > 0 && setup.memory.allocator.memory_fraction <= 1) ||
+      setup.memory.reserved_by_others_bytes < 0) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata: allocator.memory_fraction must be in (0, 1] and reserved bytes >= 0", label));
+  }
+  for (int32_t rank = 0; rank < schedule.world_size(); ++rank) {
+    const std::string key = fmt::format("allocator.reserved_by_others_bytes.{}", rank);
+    if (!md.Has(key)) continue;
+    int64_t bytes = 0;
+    SHARDSCOPE_RETURN_IF_ERROR(md.Int(key, bytes));
+    if (bytes < 0) return Status::InvalidInput(fmt::format("{}: /metadata/{}: must be >= 0", label, key));
+    setup.memory.reserved_by_others_per_rank[rank] = bytes;
+  }
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("model.flops_per_rank_step", setup.model_flops_per_rank_step));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("model.tokens_per_rank_step", setup.tokens_per_rank_step));
   return setup;
@@ -254,8 +288,25 @@ CollectiveCost ClusterCostProvider::Collective(traces::CollectiveType type, int6
   return nccl_.Estimate(type, bytes, topologies_[static_cast<size_t>(communicator)]);
 }
 
-EngineConfig EngineConfigFor(const SimulationSetup& setup) {
+int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank) {
+  auto it = setup.memory.reserved_by_others_per_rank.find(rank);
+  const int64_t others = it != setup.memory.reserved_by_others_per_rank.end() ? it->second
+                                                                                : setup.memory.reserved_by_others_bytes;
+  return std::max<int64_t>(0, setup.cluster.gpu.hbm_bytes - setup.cluster.gpu.cuda_context_bytes - others);
+}
+
+EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   EngineConfig config;
+  config.memory.enabled = true;
+  config.memory.allocator = setup.memory.allocator;
+  config.memory.device_alloc_ns = setup.host.cuda_malloc_ns;
+  config.memory.device_free_ns = setup.host.cuda_free_ns;
+  config.memory.record_history = true;
+  // One entry when every rank has the same capacity, else one per rank.
+  config.memory.capacity_bytes.push_back(AllocatorCapacity(setup, 0));
+  if (!setup.memory.reserved_by_others_per_rank.empty()) {
+    for (int32_t rank = 1; rank < world_size; ++rank) config.memory.capacity_bytes.push_back(AllocatorCapacity(setup, rank));
+  }
   config.launch_overhead_ns = setup.host.launch_overhead_ns;
   config.max_queued_per_stream = setup.host.max_queued_launches_per_stream;
   config.compute_slowdown = setup.contention.compute_slowdown;
@@ -422,6 +473,27 @@ void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
   }
 }
 
+void TraceRecorder::OnMemory(int32_t rank, int64_t ts_ns, int64_t allocated, int64_t reserved) {
+  traces::CounterSample sample;
+  sample.pid = rank;
+  sample.ts_ns = ts_ns;
+  sample.name = "memory (bytes)";
+  sample.values = {{"allocated", static_cast<double>(allocated)}, {"reserved", static_cast<double>(reserved)}};
+  sink_.OnCounter(sample);
+}
+
+void TraceRecorder::OnMemoryEvent(int32_t rank, int64_t ts_ns, std::string_view what, int64_t bytes) {
+  traces::Instant instant;
+  instant.pid = rank;
+  instant.tid = 0;
+  instant.ts_ns = ts_ns;
+  instant.name = std::string(what);
+  instant.category = "memory";
+  instant.scope = what == "oom" ? 'p' : 't';
+  instant.args.push_back({"bytes", bytes});
+  sink_.OnInstant(instant);
+}
+
 std::vector<int32_t> DefaultTraceRanks(const SimulationResult& result, int32_t gpus_per_node) {
   std::vector<int32_t> ranks;
   std::set<uint64_t> shown;
@@ -478,6 +550,15 @@ Figures ComputeFigures(const Schedule& schedule, const SimulationSetup& setup, c
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
+nlohmann::ordered_json OomJson(const std::optional<OomInfo>& oom) {
+  if (!oom) return nullptr;
+  return {{"op_id", oom->op_id},
+          {"time_ns", oom->time_ns},
+          {"requested_bytes", oom->requested_bytes},
+          {"free_bytes", oom->free_bytes},
+          {"largest_free_block", oom->largest_free_block}};
+}
+
 }  // namespace
 
 std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
@@ -501,6 +582,24 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
   j["exposed_comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns - f.mean_overlap_ns));
   j["overlap_ratio"] = Ratio(f.mean_overlap_ns, f.mean_comm_ns);
   j["stream_busy_fraction"] = f.stream_busy_fraction;
+  int64_t peak_reserved = 0, peak_allocated = 0, retries = 0, ooms = 0;
+  int32_t peak_rank = 0;
+  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
+    const RankMemory& m = result.ranks[rank].memory;
+    if (m.stats.reserved_bytes_peak > peak_reserved) {
+      peak_reserved = m.stats.reserved_bytes_peak;
+      peak_rank = static_cast<int32_t>(rank);
+    }
+    peak_allocated = std::max(peak_allocated, m.stats.allocated_bytes_peak);
+    retries += m.stats.num_alloc_retries;
+    ooms += m.stats.num_ooms;
+  }
+  j["memory"] = {{"peak_reserved_bytes", peak_reserved},
+                 {"peak_reserved_rank", peak_rank},
+                 {"peak_allocated_bytes", peak_allocated},
+                 {"num_alloc_retries", retries},
+                 {"num_ooms", ooms},
+                 {"allocator_conf", setup.memory.alloc_conf}};
   j["hang"] = result.hung;
   nlohmann::ordered_json blocked = nlohmann::ordered_json::array();
   for (const BlockedRank& b : result.blocked) {
@@ -524,10 +623,53 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                      {"host_busy_ns", r.host_busy_ns},
                      {"host_blocked_ns", r.host_blocked_ns},
                      {"stream_busy_ns", streams},
-                     {"finished", r.finished}});
+                     {"finished", r.finished},
+                     {"capacity_bytes", r.memory.capacity_bytes},
+                     {"peak_allocated_bytes", r.memory.stats.allocated_bytes_peak},
+                     {"peak_reserved_bytes", r.memory.stats.reserved_bytes_peak},
+                     {"fragmentation_bytes", r.memory.fragmentation_bytes},
+                     {"num_alloc_retries", r.memory.stats.num_alloc_retries},
+                     {"num_ooms", r.memory.stats.num_ooms},
+                     {"oom", OomJson(r.memory.oom)}});
   }
   j["ranks"] = ranks;
   return j.dump(2) + "\n";
+}
+
+std::string MemorySnapshotJson(const RankMemory& memory, int32_t rank) {
+  nlohmann::ordered_json segments = nlohmann::ordered_json::array();
+  for (const SnapshotSegment& seg : memory.snapshot) {
+    nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
+    uint64_t address = seg.address;
+    int64_t active = 0, requested = 0;
+    for (const SnapshotBlock& block : seg.blocks) {
+      blocks.push_back({{"address", address}, {"size", block.size}, {"requested_size", block.requested_size},
+                        {"state", block.state}});
+      address += static_cast<uint64_t>(block.size);
+      if (block.state != "inactive") active += block.size;
+      requested += block.requested_size;
+    }
+    segments.push_back({{"device", rank},
+                        {"address", seg.address},
+                        {"total_size", seg.total_size},
+                        {"allocated_size", seg.allocated_size},
+                        {"active_size", active},
+                        {"requested_size", requested},
+                        {"stream", seg.stream},
+                        {"segment_type", seg.segment_type},
+                        {"blocks", blocks}});
+  }
+  nlohmann::ordered_json trace = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < memory.history.size(); ++i) {
+    const TraceEntry& e = memory.history[i];
+    const int64_t ns = i < memory.history_time_ns.size() ? memory.history_time_ns[i] : 0;
+    trace.push_back({{"action", e.action}, {"addr", e.address}, {"size", e.size}, {"stream", e.stream},
+                     {"time_us", ns / 1000}});
+  }
+  nlohmann::ordered_json j;
+  j["segments"] = segments;
+  j["device_traces"] = nlohmann::ordered_json::array({trace});
+  return j.dump() + "\n";
 }
 
 std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
@@ -547,6 +689,31 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
   out += "  stream busy:";
   for (const auto& [name, fraction] : f.stream_busy_fraction) out += fmt::format("  {} {:.1f}%", name, 100 * fraction);
   out += "\n";
+  {
+    int64_t peak_reserved = 0, peak_allocated = 0, capacity = 0, retries = 0;
+    int32_t peak_rank = 0;
+    std::vector<std::string> ooms;
+    for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
+      const RankMemory& m = result.ranks[rank].memory;
+      if (m.stats.reserved_bytes_peak > peak_reserved) {
+        peak_reserved = m.stats.reserved_bytes_peak;
+        peak_rank = static_cast<int32_t>(rank);
+        capacity = m.capacity_bytes;
+      }
+      peak_allocated = std::max(peak_allocated, m.stats.allocated_bytes_peak);
+      retries += m.stats.num_alloc_retries;
+      if (m.oom) ooms.push_back(fmt::format("rank {} at op {} ({:.2f} GiB requested)", rank, m.oom->op_id,
+                                            static_cast<double>(m.oom->requested_bytes) / (1 << 30)));
+    }
+    constexpr double kGiB = 1 << 30;
+    out += fmt::format("  peak memory          {:>12.2f} GiB reserved (rank {}), {:.2f} GiB allocated, "
+                       "{:.2f} GiB available\n",
+                       static_cast<double>(peak_reserved) / kGiB, peak_rank,
+                       static_cast<double>(peak_allocated) / kGiB, static_cast<double>(capacity) / kGiB);
+    if (retries > 0) out += fmt::format("  alloc retries        {:>12}  (cudaFree + device sync: the allocator is thrashing)\n", retries);
+    for (size_t i = 0; i < std::min<size_t>(ooms.size(), 8); ++i) out += "  OUT OF MEMORY: " + ooms[i] + "\n";
+    if (ooms.size() > 8) out += fmt::format("  ... and {} more ranks out of memory\n", ooms.size() - 8);
+  }
   if (result.hung) {
     out += fmt::format("  HANG: {} rank(s) cannot finish\n", result.blocked.size());
     for (size_t i = 0; i < std::min<size_t>(result.blocked.size(), 8); ++i) {

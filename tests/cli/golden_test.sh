@@ -10,7 +10,7 @@ trap 'rm -rf "$out"' EXIT
 "$bin" simulate examples/tiny-fsdp2-2gpu.yaml -o "$out" -q > "$out/summary.txt"
 "$bin" schedule examples/tiny-fsdp2-2gpu.yaml -o "$out/schedule.json" > /dev/null
 status=0
-for f in trace.json report.json schedule.json; do
+for f in trace.json report.json schedule.json memory_snapshot_rank0.json memory_snapshot_rank1.json; do
   if ! cmp -s "$golden/$f" "$out/$f"; then
     echo "golden mismatch: $f (regenerate with scripts/regen-golden.sh and review the diff)"
     diff <(head -c 200000 "$golden/$f") <(head -c 200000 "$out/$f") | head -20 || true

@@ -31,9 +31,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
+#include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/nccl_model.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/traces/status.h"
@@ -56,6 +59,27 @@ enum class ComputeSharing : uint8_t {
   kIndependent,  // concurrent compute kernels do not slow each other
 };
 
+// The caching allocator on the timeline (one per rank). Allocations are decided when the
+// host issues them, at the host's time; a malloc that had to free cached segments (the
+// retry path) blocks the host like a device synchronize (cudaFree synchronizes the device);
+// an out-of-memory stops the rank at that op, as an uncaught torch.OutOfMemoryError does.
+struct MemoryConfig {
+  bool enabled = false;
+  AllocatorConfig allocator;
+  std::vector<int64_t> capacity_bytes;  // per rank: device memory the allocator may use
+  int64_t device_alloc_ns = 0;          // host time of one cudaMalloc
+  int64_t device_free_ns = 0;           // host time of one cudaFree
+  // Start from the allocator state after one step (steady state): the rank's allocations and
+  // frees are replayed once, untimed, before the simulated step; tensors still live after it
+  // (model and optimizer states) stay allocated, and the simulated step skips allocating
+  // them again. Peaks, retries and OOMs of that first step count, as they do in
+  // torch.cuda.max_memory_reserved(). A rank whose first step runs out of memory is simulated
+  // cold instead, so the OOM happens on the timeline.
+  bool warm_start = true;
+  bool record_history = false;          // keep snapshots, histories and the live tensors at the
+                                        // reserved peak (for the observer's ranks)
+};
+
 struct EngineConfig {
   int64_t launch_overhead_ns = 0;   // host time per kernel / collective / memcpy launch
   // Work items (launches, event records and waits) a stream holds before the next launch
@@ -64,6 +88,7 @@ struct EngineConfig {
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;
+  MemoryConfig memory;
   // Called now and then with the fraction of host ops retired so far (for progress bars).
   std::function<void(double)> progress;
 };
@@ -104,6 +129,35 @@ class EngineObserver {
   virtual bool WantsRank(int32_t rank) const = 0;
   virtual void OnHostSpan(const HostSpan& span) = 0;
   virtual void OnDeviceSpan(const DeviceSpan& span) = 0;
+  // Allocator state after an allocation or free issued at `ts_ns` (memory enabled only).
+  virtual void OnMemory(int32_t /*rank*/, int64_t /*ts_ns*/, int64_t /*allocated*/, int64_t /*reserved*/) {}
+  // A notable allocator event: "segment_alloc", "alloc_retry", "oom".
+  virtual void OnMemoryEvent(int32_t /*rank*/, int64_t /*ts_ns*/, std::string_view /*what*/,
+                             int64_t /*bytes*/) {}
+};
+
+// Where a rank ran out of memory.
+struct OomInfo {
+  int64_t op_id = 0;
+  int64_t time_ns = 0;
+  int64_t requested_bytes = 0;
+  int64_t free_bytes = 0;            // device memory not held by the allocator
+  int64_t largest_free_block = 0;    // the largest cached block
+};
+
+struct RankMemory {
+  MemoryStats stats;                 // torch.cuda.memory_stats() at the end of the run
+  int64_t capacity_bytes = 0;
+  int64_t fragmentation_bytes = 0;   // reserved - allocated when reserved peaked
+  std::optional<OomInfo> oom;
+  // At the moment reserved memory peaked: allocated bytes and the live tensors (TensorIndex
+  // into the rank's program, requested bytes). Kept for ranks with record_history.
+  int64_t allocated_at_reserved_peak = 0;
+  std::vector<std::pair<int32_t, int64_t>> live_at_reserved_peak;
+  // Kept for ranks with record_history (the trace's ranks):
+  std::vector<SnapshotSegment> snapshot;
+  std::vector<TraceEntry> history;
+  std::vector<int64_t> history_time_ns;  // when each history entry happened
 };
 
 struct StreamStats {
@@ -121,6 +175,7 @@ struct RankStats {
   std::vector<StreamStats> streams;   // per StreamIndex
   uint64_t timeline_hash = 0;         // equal for ranks whose timelines are identical
   bool finished = false;
+  RankMemory memory;                  // when memory is simulated
 };
 
 // Why a rank could not finish (the hang report of a later issue builds on this).

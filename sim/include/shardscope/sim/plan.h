@@ -15,10 +15,12 @@
 #define SHARDSCOPE_SIM_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/hardware.h"
 #include "shardscope/sim/model.h"
 #include "shardscope/traces/schedule.h"
@@ -56,12 +58,25 @@ struct HostConfig {
   int64_t hook_overhead_ns = 0;     // CPU time of one framework hook (pre/post forward ...)
   int64_t python_op_overhead_ns = 0;// Python + dispatcher time per framework op
   int32_t max_queued_launches_per_stream = 0;  // launches a stream queues before the host blocks
+  int64_t cuda_malloc_ns = 0;       // host time of one cudaMalloc (a new allocator segment)
+  int64_t cuda_free_ns = 0;         // host time of one cudaFree (releasing a cached segment)
 };
 
 // How concurrent compute and communication kernels slow each other down on one GPU.
 struct ContentionConfig {
   double compute_slowdown = 0;      // compute runs at 1/(1+x) while a collective runs
   double comm_slowdown = 0;         // collectives run at 1/(1+x) while compute runs
+};
+
+// The CUDA caching allocator the job runs with, and what else holds device memory.
+//   allocator: {conf: "expandable_segments:True", memory_fraction: 1.0,
+//               memory_reserved_by_others_gb: 0.5,
+//               memory_reserved_by_others_gb_per_rank: {3: 12.0}}
+struct MemoryPlan {
+  std::string alloc_conf;                 // PYTORCH_CUDA_ALLOC_CONF
+  AllocatorConfig allocator;              // parsed from alloc_conf, plus memory_fraction
+  int64_t reserved_by_others_bytes = 0;   // device memory other processes hold, every rank
+  std::map<int32_t, int64_t> reserved_by_others_per_rank;  // overrides for some ranks
 };
 
 struct Plan {
@@ -74,6 +89,7 @@ struct Plan {
   Fsdp2Config fsdp2;
   DdpConfig ddp;
   HostConfig host;
+  MemoryPlan memory;
 };
 
 // Defaults with their sources (also used when a schedule JSON carries no host section).

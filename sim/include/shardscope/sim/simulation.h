@@ -25,6 +25,7 @@ struct SimulationSetup {
   ClusterSpec cluster;
   ContentionConfig contention;
   HostConfig host;
+  MemoryPlan memory;
   double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
   int64_t tokens_per_rank_step = 0;
 };
@@ -48,7 +49,11 @@ class ClusterCostProvider : public CostProvider {
   std::vector<CommTopology> topologies_;
 };
 
-EngineConfig EngineConfigFor(const SimulationSetup& setup);
+// Device memory each rank's allocator may use: GPU memory - CUDA context and NCCL buffers -
+// memory reserved by other processes on that GPU.
+int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
+
+EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size);
 
 // Turns engine spans of the chosen ranks into timeline events (Kineto conventions: pid =
 // rank, tid 0 = host thread, tid 1 + stream index = stream; launch -> kernel "ac2g" flows).
@@ -58,6 +63,8 @@ class TraceRecorder : public EngineObserver {
   bool WantsRank(int32_t rank) const override;
   void OnHostSpan(const HostSpan& span) override;
   void OnDeviceSpan(const DeviceSpan& span) override;
+  void OnMemory(int32_t rank, int64_t ts_ns, int64_t allocated, int64_t reserved) override;
+  void OnMemoryEvent(int32_t rank, int64_t ts_ns, std::string_view what, int64_t bytes) override;
 
  private:
   const traces::Schedule& schedule_;
@@ -73,6 +80,10 @@ std::vector<int32_t> DefaultTraceRanks(const SimulationResult& result, int32_t g
 // Writes report.json (schema in docs/REPORT.md).
 std::string ReportJson(const traces::Schedule& schedule, const SimulationSetup& setup,
                        const SimulationResult& result);
+
+// A rank's allocator state in the layout of torch.cuda.memory._snapshot(): segments with
+// blocks, and device_traces with the actions (times in microseconds).
+std::string MemorySnapshotJson(const RankMemory& memory, int32_t rank);
 
 // The summary `shardscope simulate` prints.
 std::string SummaryText(const traces::Schedule& schedule, const SimulationSetup& setup,
