@@ -203,6 +203,22 @@ TEST(Pipeline, CollectivesOfOneGroupCarryMatchingSequenceNumbers) {
   }
 }
 
+// Ranks without a trace share one allocator run per (program, capacity); traced ranks keep a
+// live allocator. Both must give the same report, whichever ranks are traced.
+TEST(Pipeline, SharedAllocatorOutcomesEqualLiveAllocators) {
+  for (const std::string strategy : {"fsdp2", "ddp"}) {
+    const Schedule schedule = MustLower(MustParse(
+        TinyModel() + "cluster: {preset: dgx-h100, nodes: 2}\nstrategy: " + strategy +
+        "\ntraining: {seq_len: 128, micro_batch_size: 2, grad_accum_steps: 2}\n"));
+    std::vector<int32_t> all;
+    for (int32_t r = 0; r < schedule.world_size(); ++r) all.push_back(r);
+    const SimRun live = MustSimulate(schedule, all);
+    const SimRun shared = MustSimulate(schedule, {});
+    EXPECT_EQ(live.report, shared.report) << strategy;
+    EXPECT_GT(live.result.ranks[3].memory.stats.reserved_bytes_peak, 0);
+  }
+}
+
 TEST(Pipeline, MissingClusterInScheduleIsAClearError) {
   Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"));
   schedule.metadata.clear();

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <queue>
 #include <unordered_map>
 #include <variant>
@@ -68,6 +69,8 @@ struct CommLane {
   int64_t completed = 0;          // ... and completed on the device
 };
 
+struct AllocatorLog;
+
 struct RankState {
   const Program* program = nullptr;
   int32_t rank = 0;
@@ -91,8 +94,24 @@ struct RankState {
   std::vector<int32_t> live_tensors;       // TensorIndex of live tensors (record_history only)
   std::vector<int64_t> tensor_bytes;       // per TensorIndex: requested bytes (record_history only)
   std::vector<bool> preallocated;          // per TensorIndex: live since the warm-up step
+  std::shared_ptr<const AllocatorLog> log; // shared outcomes instead of a live allocator
+  size_t log_cursor = 0;
   bool alloc_needs_sync = false;           // the allocator waited for an event in this call
   int64_t reserved_peak_seen = -1;
+};
+
+// The outcomes of one allocator run, shared by every rank with the same program and capacity.
+struct AllocatorLog {
+  struct Call {
+    MallocOutcome outcome;  // mallocs only
+    MemoryStats stats;      // after the call
+  };
+  std::vector<Call> calls;          // the measured step's mallocs and frees, in program order
+  std::vector<bool> preallocated;   // tensors live since the warm-up step
+  MemoryStats final_stats;
+  int64_t warm_reserved_peak = -1;
+  int64_t warm_fragmentation = 0;
+  int64_t warm_allocated_at_peak = 0;
 };
 
 struct Participant {
@@ -193,15 +212,18 @@ class Engine {
   // The allocator's stream events: records queued on the rank's streams like cudaEventRecord.
   class AllocatorEvents : public StreamEvents {
    public:
-    AllocatorEvents(Engine& engine, int32_t rank) : engine_(engine), rank_(rank) {}
+    AllocatorEvents(Engine& engine, RankState* rank) : engine_(engine), rank_(rank) {}
     EventToken Record(AllocStream stream) override;
     bool Query(EventToken event) override;
     void Synchronize(EventToken event) override;
 
    private:
     Engine& engine_;
-    int32_t rank_;
+    RankState* rank_;
   };
+
+  std::shared_ptr<const AllocatorLog> BuildAllocatorLog(const RankState& like);
+  MemoryStats CurrentStats(const RankState& r) const;
 
   void RunHost(RankState& r);
   bool Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t);
@@ -252,6 +274,13 @@ class Engine {
   std::deque<EventPayload> now_events_;
   std::string past_event_;  // set when something scheduled an event in the past
   bool warming_ = false;    // replaying a rank's first step into its allocator
+  bool building_log_ = false;
+  bool log_used_events_ = false;
+  struct LogSlot {
+    bool built = false;
+    std::shared_ptr<const AllocatorLog> log;
+  };
+  std::map<std::pair<int32_t, int64_t>, LogSlot> allocator_logs_;  // (program, capacity)
   std::vector<RankState> ranks_;
   std::vector<Activity> activities_;
   std::vector<int32_t> free_activities_;
@@ -296,9 +325,32 @@ StatusOr<SimulationResult> Engine::Run() {
       if (capacities.empty()) return Status::Internal("memory simulation without capacities");
       const int64_t capacity = capacities[std::min(static_cast<size_t>(rank), capacities.size() - 1)];
       r.stats.memory.capacity_bytes = capacity;
-      r.alloc_events = std::make_unique<AllocatorEvents>(*this, rank);
-      CreateAllocator(r);
-      if (config_.memory.warm_start) WarmAllocator(r);
+      r.alloc_events = std::make_unique<AllocatorEvents>(*this, &r);
+      const bool keep_details = config_.memory.record_history && r.want_trace;
+      if (!keep_details) {
+        // Ranks with the same program and capacity make the same allocator calls in the same
+        // order; without cross-stream events the outcomes do not depend on time, so one
+        // allocator run serves them all (BuildAllocatorLog checks that no event was used).
+        auto& log = allocator_logs_[{binding.program, capacity}];
+        if (!log.built) {
+          log.built = true;
+          log.log = BuildAllocatorLog(r);
+        }
+        r.log = log.log;
+      }
+      if (r.log) {
+        r.preallocated = r.log->preallocated;
+        r.reserved_peak_seen = r.log->warm_reserved_peak;
+        r.stats.memory.fragmentation_bytes = r.log->warm_fragmentation;
+        r.stats.memory.allocated_at_reserved_peak = r.log->warm_allocated_at_peak;
+        r.tensor_address.assign(r.program->tensors.size(), 0);
+        for (size_t tensor = 0; tensor < r.preallocated.size(); ++tensor) {
+          if (r.preallocated[tensor]) r.tensor_address[tensor] = 1;  // live; the log knows the rest
+        }
+      } else {
+        CreateAllocator(r);
+        if (config_.memory.warm_start) WarmAllocator(r);
+      }
     }
     Push(0, HostResume{rank});
     r.host.wait = HostWait::kResumeScheduled;
@@ -338,6 +390,7 @@ StatusOr<SimulationResult> Engine::Run() {
     bool streams_idle = std::all_of(r.streams.begin(), r.streams.end(),
                                     [](const StreamState& s) { return s.Idle(); });
     r.stats.finished = r.host.wait == HostWait::kDone && streams_idle;
+    if (r.log) r.stats.memory.stats = CurrentStats(r);
     if (r.allocator) {
       r.stats.memory.stats = r.allocator->stats();
       if (config_.memory.record_history && r.want_trace) {
@@ -469,7 +522,7 @@ void Engine::RunHost(RankState& r) {
               yielded = true;
             }
           } else if constexpr (std::is_same_v<T, traces::AllocateOp>) {
-            if (!r.allocator) return;
+            if (!r.allocator && !r.log) return;
             if (r.preallocated[static_cast<size_t>(payload.tensor)]) {  // live since the warm-up
               r.preallocated[static_cast<size_t>(payload.tensor)] = false;
               return;
@@ -484,7 +537,7 @@ void Engine::RunHost(RankState& r) {
             yielded = !Allocate(r, pc, payload, op.id, t);
           } else {
             static_assert(std::is_same_v<T, traces::FreeOp>);
-            if (r.allocator) FreeTensor(r, payload, t);
+            if (r.allocator || r.log) FreeTensor(r, payload, t);
           }
         },
         op.payload);
@@ -523,9 +576,10 @@ void Engine::PopFront(RankState& r, int32_t stream) {
 // ---- Memory
 
 EventToken Engine::AllocatorEvents::Record(AllocStream stream) {
-  RankState& r = engine_.ranks_[static_cast<size_t>(rank_)];
+  RankState& r = *rank_;
   const auto record = static_cast<int32_t>(r.record_done.size());
-  if (engine_.warming_) {  // no kernels run during the warm-up replay: the event is complete
+  if (engine_.building_log_) engine_.log_used_events_ = true;  // outcomes would depend on time
+  if (engine_.warming_ || engine_.building_log_) {  // no kernels run in these replays: complete
     r.record_done.push_back(0);
     return record;
   }
@@ -535,14 +589,63 @@ EventToken Engine::AllocatorEvents::Record(AllocStream stream) {
 }
 
 bool Engine::AllocatorEvents::Query(EventToken event) {
-  return engine_.ranks_[static_cast<size_t>(rank_)].record_done[static_cast<size_t>(event)] >= 0;
+  return rank_->record_done[static_cast<size_t>(event)] >= 0;
 }
 
 // The policy goes on as if the event had completed; the engine makes the host wait for the
 // device before the malloc returns (see Allocate).
 void Engine::AllocatorEvents::Synchronize(EventToken event) {
-  RankState& r = engine_.ranks_[static_cast<size_t>(rank_)];
-  if (r.record_done[static_cast<size_t>(event)] < 0) r.alloc_needs_sync = true;
+  if (rank_->record_done[static_cast<size_t>(event)] < 0) rank_->alloc_needs_sync = true;
+}
+
+// Runs one rank's allocator the way the timed run would (warm-up step, then the measured
+// step's calls in program order) and records every outcome with the statistics after it.
+// Returns null when the allocator recorded a stream event: then outcomes could depend on
+// device progress, and every rank keeps a live allocator.
+std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& like) {
+  RankState scratch;
+  scratch.program = like.program;
+  scratch.rank = like.rank;
+  scratch.streams.resize(like.streams.size());
+  scratch.stats.memory.capacity_bytes = like.stats.memory.capacity_bytes;
+  scratch.alloc_events = std::make_unique<AllocatorEvents>(*this, &scratch);
+  building_log_ = true;
+  log_used_events_ = false;
+  CreateAllocator(scratch);
+  if (config_.memory.warm_start) WarmAllocator(scratch);
+  auto log = std::make_shared<AllocatorLog>();
+  log->preallocated = scratch.preallocated;
+  for (const Op& op : scratch.program->ops) {
+    if (const auto* alloc = std::get_if<traces::AllocateOp>(&op.payload)) {
+      if (scratch.preallocated[static_cast<size_t>(alloc->tensor)]) {
+        scratch.preallocated[static_cast<size_t>(alloc->tensor)] = false;
+        continue;
+      }
+      const MallocOutcome out = scratch.allocator->Malloc(alloc->bytes, alloc->stream);
+      log->calls.push_back({out, scratch.allocator->stats()});
+      if (!out.ok) break;
+      scratch.tensor_address[static_cast<size_t>(alloc->tensor)] = out.address;
+    } else if (const auto* free_op = std::get_if<traces::FreeOp>(&op.payload)) {
+      uint64_t& address = scratch.tensor_address[static_cast<size_t>(free_op->tensor)];
+      if (address == 0) continue;
+      scratch.allocator->Free(address);
+      address = 0;
+      log->calls.push_back({MallocOutcome{}, scratch.allocator->stats()});
+    }
+  }
+  building_log_ = false;
+  if (log_used_events_) return nullptr;
+  // The warm-up's peaks count (see MemoryConfig::warm_start): start from them.
+  log->warm_reserved_peak = scratch.reserved_peak_seen;
+  log->warm_fragmentation = scratch.stats.memory.fragmentation_bytes;
+  log->warm_allocated_at_peak = scratch.stats.memory.allocated_at_reserved_peak;
+  log->final_stats = scratch.allocator->stats();
+  return log;
+}
+
+MemoryStats Engine::CurrentStats(const RankState& r) const {
+  if (r.log) return r.log_cursor > 0 ? r.log->calls[r.log_cursor - 1].stats : MemoryStats{};
+  return r.allocator->stats();
 }
 
 void Engine::CreateAllocator(RankState& r) {
@@ -598,7 +701,7 @@ void Engine::WarmAllocator(RankState& r) {
 bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t) {
   HostState& host = r.host;
   r.alloc_needs_sync = false;
-  const MallocOutcome out = r.allocator->Malloc(op.bytes, op.stream);
+  const MallocOutcome out = r.log ? r.log->calls[r.log_cursor++].outcome : r.allocator->Malloc(op.bytes, op.stream);
   if (!out.ok) {
     AfterAllocatorCall(r, t);
     r.stats.memory.oom = OomInfo{op_id, t, out.requested_bytes, out.device_free_bytes, out.largest_free_block};
@@ -607,7 +710,9 @@ bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, in
     r.stats.end_ns = std::max(r.stats.end_ns, t);
     return false;
   }
-  r.tensor_address[static_cast<size_t>(op.tensor)] = out.address;
+  // A log rank only needs liveness; a 0-byte allocation has address 0 and is not live (its
+  // free is a no-op, as in the run that wrote the log).
+  r.tensor_address[static_cast<size_t>(op.tensor)] = r.log ? (out.address != 0 ? 1 : 0) : out.address;
   if (config_.memory.record_history && r.want_trace) {
     r.tensor_bytes[static_cast<size_t>(op.tensor)] = op.bytes;
     r.live_tensors.push_back(op.tensor);
@@ -637,7 +742,11 @@ bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, in
 void Engine::FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t) {
   uint64_t& address = r.tensor_address[static_cast<size_t>(op.tensor)];
   if (address == 0) return;  // ValidateSchedule guarantees a live tensor
-  r.allocator->Free(address);
+  if (r.log) {
+    ++r.log_cursor;
+  } else {
+    r.allocator->Free(address);
+  }
   address = 0;
   if (config_.memory.record_history && r.want_trace) {
     auto it = std::find(r.live_tensors.begin(), r.live_tensors.end(), op.tensor);
@@ -651,7 +760,7 @@ void Engine::FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t) {
 
 // Peaks, fragmentation at the reserved peak, trace counters and history times.
 void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
-  const MemoryStats& stats = r.allocator->stats();
+  const MemoryStats stats = CurrentStats(r);
   if (stats.reserved_bytes > r.reserved_peak_seen) {
     r.reserved_peak_seen = stats.reserved_bytes;
     r.stats.memory.fragmentation_bytes = stats.reserved_bytes - stats.allocated_bytes;
@@ -665,8 +774,7 @@ void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
   }
   if (r.want_trace) {
     if (!warming_) observer_->OnMemory(r.rank, t, stats.allocated_bytes, stats.reserved_bytes);
-    const size_t entries = r.allocator->history().size();
-    r.stats.memory.history_time_ns.resize(entries, t);
+    if (r.allocator) r.stats.memory.history_time_ns.resize(r.allocator->history().size(), t);
   }
 }
 
