@@ -1,4 +1,5 @@
-// `shardscope memory`: where each chosen rank's device memory goes at its reserved peak.
+// `shardscope memory`: what fills each chosen rank's device memory when it is fullest, and
+// what the allocator reserves beyond that.
 // `shardscope fit`: the largest micro-batch (or the activation checkpointing) that fits.
 //
 // Both print tables for a terminal on stdout; progress goes to stderr. Library errors come
@@ -98,7 +99,7 @@ std::string BreakdownText(const sim::MemoryBreakdown& b) {
   const int64_t cap = b.capacity_bytes;
   std::string out = fmt::format("rank {}: peak reserved {:.2f} of {:.2f} GiB ({:.1f}%)\n", b.rank,
                                 GiB(b.peak_reserved_bytes), GiB(cap), Percent(b.peak_reserved_bytes, cap));
-  out += fmt::format("  {:<24} {:>10} {:>14}\n", "at the reserved peak", "GiB", "% of capacity");
+  out += fmt::format("  {:<24} {:>10} {:>14}\n", "at the allocated peak", "GiB", "% of capacity");
   for (int c = 0; c < sim::kNumMemoryCategories; ++c) {
     const int64_t bytes = b.bytes_by_category[static_cast<size_t>(c)];
     out += fmt::format("  {:<24} {:>10.3f} {:>13.1f}%\n", CategoryLabel(static_cast<sim::MemoryCategory>(c)),

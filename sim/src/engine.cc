@@ -98,6 +98,7 @@ struct RankState {
   size_t log_cursor = 0;
   bool alloc_needs_sync = false;           // the allocator waited for an event in this call
   int64_t reserved_peak_seen = -1;
+  int64_t allocated_peak_seen = -1;
 };
 
 // The outcomes of one allocator run, shared by every rank with the same program and capacity.
@@ -659,6 +660,8 @@ void Engine::CreateAllocator(RankState& r) {
   r.preallocated.assign(tensors, false);
   r.live_tensors.clear();
   r.reserved_peak_seen = -1;
+  r.allocated_peak_seen = -1;
+  r.stats.memory.live_at_allocated_peak.clear();
   r.stats.memory.fragmentation_bytes = 0;
   r.stats.memory.allocated_at_reserved_peak = 0;
   r.stats.memory.live_at_reserved_peak.clear();
@@ -768,6 +771,14 @@ void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
     if (config_.memory.record_history && r.want_trace) {
       // Reserved grows only through new segments, so this runs a bounded number of times.
       auto& live = r.stats.memory.live_at_reserved_peak;
+      live.clear();
+      for (int32_t tensor : r.live_tensors) live.emplace_back(tensor, r.tensor_bytes[static_cast<size_t>(tensor)]);
+    }
+  }
+  if (stats.allocated_bytes > r.allocated_peak_seen) {
+    r.allocated_peak_seen = stats.allocated_bytes;
+    if (config_.memory.record_history && r.want_trace) {
+      auto& live = r.stats.memory.live_at_allocated_peak;
       live.clear();
       for (int32_t tensor : r.live_tensors) live.emplace_back(tensor, r.tensor_bytes[static_cast<size_t>(tensor)]);
     }

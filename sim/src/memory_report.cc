@@ -241,7 +241,9 @@ MemoryBreakdown BreakdownAtPeak(const traces::Schedule& schedule, int32_t rank, 
   b.allocated_at_reserved_peak = memory.allocated_at_reserved_peak;
   const traces::Program& program = schedule.ProgramOf(rank);
   int64_t live = 0;
-  for (const auto& [tensor, bytes] : memory.live_at_reserved_peak) {
+  // What the memory holds when it is fullest (the allocated peak); the rest of the reserved
+  // peak is the allocator's: rounding, fragmentation and blocks cached for other streams.
+  for (const auto& [tensor, bytes] : memory.live_at_allocated_peak) {
     const std::string_view name = tensor >= 0 && static_cast<size_t>(tensor) < program.tensors.size()
                                       ? std::string_view(program.tensors[static_cast<size_t>(tensor)])
                                       : std::string_view();

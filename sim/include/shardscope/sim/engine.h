@@ -154,6 +154,8 @@ struct RankMemory {
   // into the rank's program, requested bytes). Kept for ranks with record_history.
   int64_t allocated_at_reserved_peak = 0;
   std::vector<std::pair<int32_t, int64_t>> live_at_reserved_peak;
+  // The same when allocated memory peaked: what the memory holds when it is fullest.
+  std::vector<std::pair<int32_t, int64_t>> live_at_allocated_peak;
   // Kept for ranks with record_history (the trace's ranks):
   std::vector<SnapshotSegment> snapshot;
   std::vector<TraceEntry> history;

@@ -66,7 +66,7 @@ struct MemoryBreakdown {
   int64_t peak_reserved_bytes = 0;     // torch.cuda.max_memory_reserved()
   int64_t peak_allocated_bytes = 0;    // torch.cuda.max_memory_allocated() (may be later)
   int64_t allocated_at_reserved_peak = 0;
-  // Requested bytes of the tensors live at the reserved peak, indexed by MemoryCategory.
+  // Requested bytes of the tensors live when allocated memory peaked, by MemoryCategory.
   // All zero when the run did not record the rank's live tensors (record_history off, or
   // the observer did not want the rank): then everything counts as overhead.
   std::array<int64_t, kNumMemoryCategories> bytes_by_category{};
