@@ -19,6 +19,7 @@
 #include "shardscope/sim/plan.h"
 #include "shardscope/sim/simulation.h"
 #include "commands.h"
+#include "inputs.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/traces/schedule_json.h"
@@ -36,36 +37,6 @@ int Fail(const Status& status) {
   return ExitCodeFor(status);
 }
 
-// A schedule JSON starts with '{'; anything else is taken as a YAML plan.
-StatusOr<bool> LooksLikeScheduleJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  char c = 0;
-  while (in.get(c)) {
-    if (!std::isspace(static_cast<unsigned char>(c))) return c == '{';
-  }
-  return false;
-}
-
-struct Loaded {
-  traces::Schedule schedule;
-  sim::SimulationSetup setup;
-};
-
-// Loads a plan (and lowers it) or a schedule JSON.
-StatusOr<Loaded> LoadInput(const std::string& path) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(bool is_json, LooksLikeScheduleJson(path));
-  Loaded loaded;
-  if (is_json) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, traces::ReadScheduleFile(path));
-  } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(path));
-    SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, sim::LowerPlan(plan));
-  }
-  SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, sim::SetupFromSchedule(loaded.schedule, path));
-  return loaded;
-}
-
 Status WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -81,34 +52,15 @@ Status WriteFileAtomically(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
-// "all", "none", "default", or a list like "0-7,12,100".
-StatusOr<std::vector<int32_t>> ParseRankList(const std::string& text, int32_t world) {
-  std::vector<int32_t> ranks;
-  if (text == "none") return ranks;
+// "all", "none", or a list like "0-7,12,100".
+StatusOr<std::vector<int32_t>> ParseTraceRanks(const std::string& text, int32_t world) {
+  if (text == "none") return std::vector<int32_t>{};
   if (text == "all") {
+    std::vector<int32_t> ranks;
     for (int32_t r = 0; r < world; ++r) ranks.push_back(r);
     return ranks;
   }
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    int64_t lo = 0, hi = 0;
-    char dash = 0;
-    std::stringstream part(item);
-    if (!(part >> lo)) return Status::InvalidInput(fmt::format("--trace-ranks: expected a rank, got '{}'", item));
-    hi = lo;
-    if (part >> dash) {
-      if (dash != '-' || !(part >> hi)) {
-        return Status::InvalidInput(fmt::format("--trace-ranks: expected 'A-B', got '{}'", item));
-      }
-    }
-    if (lo < 0 || hi >= world || lo > hi) {
-      return Status::InvalidInput(
-          fmt::format("--trace-ranks: '{}' is outside the world of {} ranks", item, world));
-    }
-    for (int64_t r = lo; r <= hi; ++r) ranks.push_back(static_cast<int32_t>(r));
-  }
-  return ranks;
+  return cli::ParseRankList(text, world, "--trace-ranks");
 }
 
 struct SimulateOptions {
@@ -120,7 +72,7 @@ struct SimulateOptions {
 
 Status RunSimulate(const SimulateOptions& options) {
   if (!options.quiet) std::cerr << "shardscope: loading " << options.input << "\n";
-  SHARDSCOPE_ASSIGN_OR_RETURN(Loaded loaded, LoadInput(options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input));
   const traces::Schedule& schedule = loaded.schedule;
   const sim::SimulationSetup& setup = loaded.setup;
   sim::ClusterCostProvider costs(schedule, setup.cluster);
@@ -137,7 +89,7 @@ Status RunSimulate(const SimulateOptions& options) {
   if (by_default) {
     for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
   } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseRankList(options.trace_ranks, schedule.world_size()));
+    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
   }
 
   std::error_code ec;
@@ -189,7 +141,7 @@ Status RunSimulate(const SimulateOptions& options) {
 }
 
 Status RunSchedule(const std::string& input, const std::string& output) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(Loaded loaded, LoadInput(input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
   SHARDSCOPE_RETURN_IF_ERROR(traces::WriteScheduleFile(loaded.schedule, output));
   std::cout << fmt::format("wrote {}: {} ranks, {} program(s), {} ops in the first program\n", output,
                            loaded.schedule.world_size(), loaded.schedule.programs.size(),

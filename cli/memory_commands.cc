@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "inputs.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/memory_report.h"
 #include "shardscope/sim/plan.h"
@@ -56,39 +57,6 @@ struct MemoryOptions {
   std::string ranks;  // empty: the default ranks
   bool json = false;
 };
-
-// A schedule JSON starts with '{' (the same sniffing as main.cc's LoadInput).
-StatusOr<bool> IsScheduleJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IoError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  char c = 0;
-  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
-  }
-  return in.good() && c == '{';
-}
-
-// "0,5" or "0-3,7": ranks within the world.
-StatusOr<std::vector<int32_t>> ParseRanks(const std::string& text, int32_t world) {
-  std::vector<int32_t> ranks;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    std::stringstream part(item);
-    int64_t lo = 0, hi = 0;
-    char dash = 0;
-    if (!(part >> lo)) return Status::InvalidInput(fmt::format("--ranks: expected a rank, got '{}'", item));
-    hi = lo;
-    if (part >> dash && (dash != '-' || !(part >> hi))) {
-      return Status::InvalidInput(fmt::format("--ranks: expected a rank or 'A-B', got '{}'", item));
-    }
-    if (lo < 0 || lo > hi || hi >= world) {
-      return Status::InvalidInput(fmt::format("--ranks: '{}' is outside the world of {} ranks", item, world));
-    }
-    for (int64_t r = lo; r <= hi; ++r) ranks.push_back(static_cast<int32_t>(r));
-  }
-  if (ranks.empty()) return Status::InvalidInput("--ranks: expected a list like '0,5', got nothing");
-  return ranks;
-}
 
 std::string OomText(const sim::OomInfo& oom) {
   return fmt::format("at op {}: tried to allocate {:.2f} GiB, {:.2f} GiB free, largest free block {:.2f} GiB",
@@ -147,20 +115,14 @@ nlohmann::json BreakdownJson(const sim::MemoryBreakdown& b) {
 }
 
 Status RunMemory(const MemoryOptions& options) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(bool is_json, IsScheduleJson(options.input));
-  traces::Schedule schedule;
-  if (is_json) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(schedule, traces::ReadScheduleFile(options.input));
-  } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(options.input));
-    SHARDSCOPE_ASSIGN_OR_RETURN(schedule, sim::LowerPlan(plan));
-  }
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationSetup setup, sim::SetupFromSchedule(schedule, options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  const traces::Schedule& schedule = loaded.schedule;
+  const sim::SimulationSetup& setup = loaded.setup;
   std::vector<sim::MemoryBreakdown> breakdowns;
   if (options.ranks.empty()) {
     SHARDSCOPE_ASSIGN_OR_RETURN(breakdowns, sim::SimulateMemoryDefaultRanks(schedule, setup));
   } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<int32_t> ranks, ParseRanks(options.ranks, schedule.world_size()));
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<int32_t> ranks, ParseRankList(options.ranks, schedule.world_size(), "--ranks"));
     SHARDSCOPE_ASSIGN_OR_RETURN(breakdowns, sim::SimulateMemory(schedule, setup, ranks));
   }
   if (options.json) {
