@@ -63,12 +63,14 @@ std::map<traces::CollectiveType, int64_t> CollectiveBytes(const Schedule& schedu
   return bytes;
 }
 
-// Parameters padded the way FSDP2 shards them: each tensor to a multiple of the world size.
-int64_t PaddedParams(const Plan& plan, bool blocks_only) {
+// Parameters padded the way FSDP2 shards them: each tensor to a multiple of the world size;
+// of one module only when `module` is given.
+int64_t PaddedParams(const Plan& plan, bool blocks_only, const std::string& module = "") {
   const int64_t w = plan.cluster.world_size();
   int64_t total = 0;
   for (const sim::ModuleKernels& m : sim::DecomposeModel(plan.model, {plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype})) {
     if (blocks_only && m.name.rfind("layers.", 0) != 0) continue;
+    if (!module.empty() && m.name != module) continue;
     for (const sim::ParamTensor& p : m.params) total += (p.numel + w - 1) / w * w;
   }
   return total;
@@ -102,14 +104,14 @@ INSTANTIATE_TEST_SUITE_P(All, StrategyMatrix,
 
 TEST(ClosedForm, Fsdp2FullShardMovesThreePsi) {
   // ZeRO paper: full sharding moves 3Ψ per step: all-gather in forward (Ψ) and backward
-  // (Ψ), reduce-scatter (Ψ). FSDP2 keeps the root unsharded after forward, so the
-  // backward all-gather covers the blocks only. Params in bf16 (2 B), gradients reduced in
-  // fp32 (4 B).
+  // (Ψ), reduce-scatter (Ψ). The [norm, output] unit keeps its parameters after forward (as
+  // torchtitan wraps it), so the backward all-gather covers Ψ minus the head. Params in bf16
+  // (2 B), gradients reduced in fp32 (4 B).
   const Plan plan = MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"
                                             "training: {seq_len: 128, micro_batch_size: 1}\n");
   const auto bytes = CollectiveBytes(MustLower(plan));
-  const int64_t psi = PaddedParams(plan, false), blocks = PaddedParams(plan, true);
-  EXPECT_EQ(bytes.at(traces::CollectiveType::kAllGather), 2 * (psi + blocks));
+  const int64_t psi = PaddedParams(plan, false), head = PaddedParams(plan, false, "head");
+  EXPECT_EQ(bytes.at(traces::CollectiveType::kAllGather), 2 * (psi + psi - head));
   EXPECT_EQ(bytes.at(traces::CollectiveType::kReduceScatter), 4 * psi);
 }
 
@@ -184,8 +186,9 @@ TEST(Pipeline, TraceHasTracksKernelsCollectivesAndFlows) {
   }
   EXPECT_EQ(kernels, launches);
   EXPECT_EQ(static_cast<int64_t>(run.timeline.flows.size()), launches);
-  // FSDP2 on 3 units (root + 2 blocks): 3 forward + 2 backward all-gathers, 3 reduce-scatters.
-  EXPECT_EQ(collectives, 2 * (5 + 3));
+  // FSDP2 on 4 units (embedding, 2 blocks, [norm, output]): 4 forward and 3 backward
+  // all-gathers (the head stays unsharded), 4 reduce-scatters; on 2 traced ranks.
+  EXPECT_EQ(collectives, 2 * (4 + 3 + 4));
   for (const traces::Flow& f : run.timeline.flows) EXPECT_LE(f.from_ts_ns, f.to_ts_ns);
 }
 
@@ -196,7 +199,7 @@ TEST(Pipeline, CollectivesOfOneGroupCarryMatchingSequenceNumbers) {
   for (const traces::Slice& s : run.timeline.slices) {
     if (s.collective) by_seq[s.collective->seq].push_back({s.pid, s.ts_ns});
   }
-  ASSERT_EQ(by_seq.size(), 8u);
+  ASSERT_EQ(by_seq.size(), 11u);
   for (const auto& [seq, starts] : by_seq) {
     ASSERT_EQ(starts.size(), 2u) << "seq " << seq;
     EXPECT_EQ(starts[0].second, starts[1].second) << "a collective starts on every member at once";

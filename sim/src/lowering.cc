@@ -112,6 +112,7 @@ class Fsdp2Lowering {
   std::vector<size_t> unit_of_module_;
   int64_t forward_all_gather_state_ = -1;  // unit whose all-gather output awaits its free
   int64_t reduce_scatter_state_ = -1;      // unit whose reduce-scatter input awaits its free
+  int64_t last_post_reduce_ = -1;          // unit whose post-reduce event the final wait needs
 };
 
 traces::Program Fsdp2Lowering::Lower() {
@@ -127,21 +128,18 @@ traces::Program Fsdp2Lowering::Lower() {
   reduce_scatter_ = b_.Stream("reduce_scatter", -1);
   dp_ = b_.Comm("dp");
 
-  // Units: one per transformer block, and the root (embedding, final norm, output head).
+  // Units as torchtitan's apply_fsdp (torchtitan/models/llama3/infra/parallelize.py) wraps a
+  // model: fully_shard(tok_embeddings), fully_shard(block) for each block,
+  // fully_shard([norm, output]), then fully_shard(model) — a root that holds no parameters
+  // of its own. The embedding and the blocks follow reshard_after_forward; [norm, output]
+  // keeps its parameters after forward (torchtitan passes reshard_after_forward=False
+  // there: backward needs them at once).
   unit_of_module_.resize(ctx_.modules.size());
-  units_.push_back(Fsdp2Unit{"root", {}, 0, false, false, false});
   for (size_t m = 0; m < ctx_.modules.size(); ++m) {
     const ModuleKernels& module = ctx_.modules[m];
-    if (IsBlock(module)) {
-      unit_of_module_[m] = units_.size();
-      // The root keeps its parameters after forward: fully_shard's docstring, "the root
-      // FSDP state has its value specially set to False as a heuristic since its parameters
-      // would typically be immediately all-gathered for backward".
-      units_.push_back(Fsdp2Unit{module.name, {m}, 0, plan.fsdp2.reshard_after_forward, false, false});
-    } else {
-      unit_of_module_[m] = 0;
-      units_[0].modules.push_back(m);
-    }
+    const bool last = m + 1 == ctx_.modules.size();
+    unit_of_module_[m] = units_.size();
+    units_.push_back(Fsdp2Unit{module.name, {m}, 0, last ? false : plan.fsdp2.reshard_after_forward, false, false});
   }
   for (Fsdp2Unit& unit : units_) {
     for (size_t m : unit.modules) {
@@ -253,6 +251,13 @@ void Fsdp2Lowering::Reshard(size_t unit_index) {
 void Fsdp2Lowering::Forward() {
   const int64_t hook_ns = ctx_.plan.host.hook_overhead_ns;
   b_.SetPhase(Phase::kForward);
+  // FSDPState._root_pre_forward: the all-gather streams wait for the current stream, so a
+  // micro-batch's first all-gather does not start before the previous backward has ended.
+  b_.SetModule(ctx_.modules.front().name);
+  b_.HostWork("FSDP::root_pre_forward", hook_ns);
+  b_.Record(b_.Event("root_pre_forward"), compute_);
+  b_.Wait(copy_in_, b_.Event("root_pre_forward"));
+  b_.Wait(all_gather_, b_.Event("root_pre_forward"));
   for (size_t m = 0; m < ctx_.modules.size(); ++m) {
     const ModuleKernels& module = ctx_.modules[m];
     const size_t unit = unit_of_module_[m];
@@ -271,10 +276,11 @@ void Fsdp2Lowering::Forward() {
     EmitForwardKernels(ctx_, b_, compute_, module);
     if (last_of_unit) {
       // FSDPState._post_forward -> FSDPParamGroup.post_forward: reshard if
-      // reshard_after_forward. The forward root then frees the last all-gather state.
+      // reshard_after_forward. After the last unit, the forward root (the parameter-less
+      // fully_shard(model)) frees the last all-gather state.
       b_.HostWork("FSDP::post_forward", hook_ns);
       if (units_[unit].reshard_after_forward) Reshard(unit);
-      if (unit == 0) ReleaseForwardAllGatherState();
+      if (m + 1 == ctx_.modules.size()) ReleaseForwardAllGatherState();  // the root's post_forward
     }
   }
 }
@@ -310,19 +316,24 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   b_.Allocate(output, shard_bytes, reduce_scatter_);
   b_.Collective(reduce_scatter_, "FSDP::reduce_scatter", CollectiveType::kReduceScatter, dp_,
                 unsharded_numel * kFp32Bytes, DType::kFloat32);
+  // foreach_reduce records the reduce-scatter event right after the collective (it frees
+  // the input); the post-reduce event follows the accumulation into .grad.
+  b_.Record(b_.Event("reduce_scatter." + n), reduce_scatter_);
   if (micro_batch > 0) {
     b_.MemoryKernel(reduce_scatter_, "FSDP::accumulate_grad", 2 * shard_bytes, shard_bytes);
     b_.Free(output);
   }
-  b_.Record(b_.Event("reduce_scatter." + n), reduce_scatter_);
+  b_.Record(b_.Event("post_reduce." + n), reduce_scatter_);
   reduce_scatter_state_ = static_cast<int64_t>(unit_index);
+  last_post_reduce_ = static_cast<int64_t>(unit_index);
 }
 
 void Fsdp2Lowering::Backward(int32_t micro_batch) {
   b_.SetPhase(Phase::kBackward);
-  // Backward order of units: the reverse of post-forward order (root last in forward).
-  std::vector<size_t> unit_order = {0};
-  for (size_t u = units_.size() - 1; u >= 1; --u) unit_order.push_back(u);
+  // Backward order of units: the reverse of post-forward order ([norm, output] first, the
+  // embedding last; FSDP2's _backward_prefetch walks post_forward_order backwards).
+  std::vector<size_t> unit_order;
+  for (size_t u = units_.size(); u-- > 0;) unit_order.push_back(u);
   std::vector<bool> pre_backward_done(units_.size(), false);
   // Module order in backward: head, layers.L-1 .. layers.0, embed.
   for (size_t step = 0; step < ctx_.modules.size(); ++step) {
@@ -346,8 +357,13 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
     b_.Free("activations." + module.name);
     if (units_[unit].modules.front() == m) PostBackward(unit, micro_batch);
   }
-  // FSDPState._root_post_backward_final_callback: the current stream waits for the last
-  // reduce-scatter, whose input is then freed.
+  // FSDPState._root_post_backward_final_callback: the current stream waits for the
+  // post-reduce work (the reduce-scatter stream is FIFO, so the last event covers all) and
+  // for the last reduce-scatter, whose input is then freed.
+  if (last_post_reduce_ >= 0) {
+    b_.Wait(compute_, b_.Event("post_reduce." + units_[static_cast<size_t>(last_post_reduce_)].name));
+    last_post_reduce_ = -1;
+  }
   if (reduce_scatter_state_ >= 0) {
     const std::string& prev = units_[static_cast<size_t>(reduce_scatter_state_)].name;
     b_.Wait(compute_, b_.Event("reduce_scatter." + prev));
@@ -374,8 +390,9 @@ traces::Program LowerDdp(const LoweringContext& ctx) {
   const traces::StreamIndex nccl = b.Stream("nccl", 0);
   const traces::CommSlot dp = b.Comm("dp");
 
-  // Buckets over parameters in reverse registration order (which is the order gradients
-  // become ready); the first holds 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest
+  // The steady-state buckets (Reducer::rebuild_buckets after the first iteration; the first
+  // iteration runs one bucket). Buckets over parameters in reverse registration order (which
+  // is the order gradients become ready); the first holds 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest
   // bucket_cap_mb; a bucket closes once it reaches its cap
   // (reducer.cpp compute_bucket_assignment_by_size).
   std::vector<DdpBucket> buckets;
@@ -452,15 +469,16 @@ traces::Program LowerDdp(const LoweringContext& ctx) {
         b.Wait(nccl, b.Event(ready));
         b.Collective(nccl, "DDP::all_reduce", CollectiveType::kAllReduce, dp, buckets[next_bucket].bytes,
                      DType::kFloat32);
+        b.Record(b.Event(fmt::format("bucket_done.{}", next_bucket)), nccl);
         ++next_bucket;
       }
     }
-    // Reducer::finalize_backward: work.wait() makes the current stream wait for the
-    // all-reduces, then the averaged buckets are copied back into .grad.
+    // Reducer::finalize_backward: for each bucket in order, wait for its all-reduce
+    // (future_work->wait() makes the current stream wait), then copy the averaged bucket
+    // back into .grad — so early buckets' copies overlap later all-reduces.
     b.SetModule("");
-    b.Record(b.Event("allreduce_done"), nccl);
-    b.Wait(compute, b.Event("allreduce_done"));
     for (size_t i = 0; i < buckets.size(); ++i) {
+      b.Wait(compute, b.Event(fmt::format("bucket_done.{}", i)));
       b.MemoryKernel(compute, "DDP::copy_bucket_to_grad", buckets[i].bytes, buckets[i].bytes);
     }
   }

@@ -123,12 +123,11 @@ TEST(MemoryBreakdown, CategoriesPlusOverheadIsPeakReserved) {
 // exp_avg_sq 4Ψ/N, fp32 gradients 4Ψ/N). The tiny model has Ψ = 2,094,336, a multiple of
 // N = 8 for every tensor, so FSDP2's padding adds nothing and shards are exact.
 //
-// The breakdown is of the allocated peak. It is reached in layers.0's pre-backward, when its
-// unsharded bf16 parameters are allocated for the copy-out. Live then besides the model
-// states: those parameters, the root's unsharded bf16 parameters (the root is not resharded
-// after forward), the head's bf16 gradients (freed only after the root's post-backward),
-// layers.1's fp32 gradient shard (its reduce-scatter output, allocated just before) and
-// reduce-scatter input, layers.0's all-gather output, and layers.0's activations.
+// The breakdown is of the allocated peak. It is reached in layers.0's backward, once its
+// unsharded bf16 gradients are allocated. Live then besides the model states: layers.0's
+// unsharded bf16 parameters and bf16 gradients, the fp32 gradient shards of the units already
+// reduce-scattered ([norm, output] and layers.1 — the head unit was resharded in its own
+// post-backward), and layers.0's activations.
 TEST(MemoryBreakdown, TinyFsdp2ModelStatesMatchClosedForm) {
   const Plan plan = MustParse(kTinyPlan);
   const Lowered lowered = MustLower(plan);
@@ -144,12 +143,11 @@ TEST(MemoryBreakdown, TinyFsdp2ModelStatesMatchClosedForm) {
 
   const MemoryBreakdown& b = (*breakdowns)[0];
   constexpr int64_t kFp32 = 4, kBf16 = 2;
-  const int64_t root_numel = ModuleNumel(plan, "embed") + ModuleNumel(plan, "head");
-  const int64_t layer_numel = ModuleNumel(plan, "layers.1");
+  const int64_t layer0 = ModuleNumel(plan, "layers.0");
   EXPECT_EQ(b.bytes(MemoryCategory::kOptimizerStates), 2 * kFp32 * psi / n);
-  EXPECT_EQ(b.bytes(MemoryCategory::kParameters),
-            kFp32 * psi / n + kBf16 * root_numel + kBf16 * ModuleNumel(plan, "layers.0"));
-  EXPECT_EQ(b.bytes(MemoryCategory::kGradients), kFp32 * layer_numel / n + kBf16 * ModuleNumel(plan, "head"));
+  EXPECT_EQ(b.bytes(MemoryCategory::kParameters), kFp32 * psi / n + kBf16 * layer0);
+  EXPECT_EQ(b.bytes(MemoryCategory::kGradients),
+            kBf16 * layer0 + kFp32 * (ModuleNumel(plan, "layers.1") + ModuleNumel(plan, "head")) / n);
   EXPECT_EQ(Sum(b.bytes_by_category) + b.allocator_overhead_bytes, b.peak_reserved_bytes);
   EXPECT_EQ(b.capacity_bytes - b.peak_reserved_bytes, b.headroom_bytes);
   EXPECT_GE(b.allocator_overhead_bytes, 0);
