@@ -109,7 +109,7 @@ struct AllocatorLog {
   };
   std::vector<Call> calls;          // the measured step's mallocs and frees, in program order
   std::vector<bool> preallocated;   // tensors live since the warm-up step
-  MemoryStats final_stats;
+  MemoryStats warm_stats;           // after the warm-up step (what a rank has before any call)
   int64_t warm_reserved_peak = -1;
   int64_t warm_fragmentation = 0;
   int64_t warm_allocated_at_peak = 0;
@@ -158,6 +158,14 @@ struct P2pKeyHash {
 struct P2pPending {
   bool has_send = false, has_recv = false;
   Participant send, recv;
+  int64_t seq = 0;  // p2p ops completed between this pair (PyTorch numbers p2p apart)
+};
+
+struct CostKey {
+  int32_t comm;
+  CollectiveType type;
+  int64_t bytes;
+  auto operator<=>(const CostKey&) const = default;
 };
 
 struct HostResume { int32_t rank; };
@@ -287,7 +295,7 @@ class Engine {
   std::vector<int32_t> free_activities_;
   std::vector<Rendezvous> rendezvous_;      // per communicator
   std::unordered_map<P2pKey, P2pPending, P2pKeyHash> p2p_;
-  std::unordered_map<uint64_t, CollectiveCost> cost_cache_;
+  std::map<CostKey, CollectiveCost> cost_cache_;
   int64_t ops_executed_ = 0;
   int64_t events_processed_ = 0;
 };
@@ -616,6 +624,7 @@ std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& l
   if (config_.memory.warm_start) WarmAllocator(scratch);
   auto log = std::make_shared<AllocatorLog>();
   log->preallocated = scratch.preallocated;
+  log->warm_stats = scratch.allocator->stats();
   for (const Op& op : scratch.program->ops) {
     if (const auto* alloc = std::get_if<traces::AllocateOp>(&op.payload)) {
       if (scratch.preallocated[static_cast<size_t>(alloc->tensor)]) {
@@ -640,12 +649,11 @@ std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& l
   log->warm_reserved_peak = scratch.reserved_peak_seen;
   log->warm_fragmentation = scratch.stats.memory.fragmentation_bytes;
   log->warm_allocated_at_peak = scratch.stats.memory.allocated_at_reserved_peak;
-  log->final_stats = scratch.allocator->stats();
   return log;
 }
 
 MemoryStats Engine::CurrentStats(const RankState& r) const {
-  if (r.log) return r.log_cursor > 0 ? r.log->calls[r.log_cursor - 1].stats : MemoryStats{};
+  if (r.log) return r.log_cursor > 0 ? r.log->calls[r.log_cursor - 1].stats : r.log->warm_stats;
   return r.allocator->stats();
 }
 
@@ -943,18 +951,14 @@ void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, cons
   const int32_t send_rank = pending.send.rank;
   const CollectiveOp& send_op = std::get<CollectiveOp>(
       OpOf(ranks_[static_cast<size_t>(send_rank)], pending.send.op_index).payload);
-  const int64_t seq = ranks_[static_cast<size_t>(send_rank)]
-                          .lanes[static_cast<size_t>(ranks_[static_cast<size_t>(send_rank)]
-                                                         .lane_of_slot[static_cast<size_t>(send_op.comm)])]
-                          .completed;
-  p2p_.erase(key);
+  const int64_t seq = pending.seq++;
+  pending.has_send = pending.has_recv = false;
   StartCollective(comm, std::move(members), send_op, seq);
 }
 
 void Engine::StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
                              int64_t seq) {
-  const uint64_t key = (static_cast<uint64_t>(comm) << 48) ^ (static_cast<uint64_t>(op.type) << 40) ^
-                       static_cast<uint64_t>(op.bytes);
+  const CostKey key{comm, op.type, op.bytes};
   auto cached = cost_cache_.find(key);
   if (cached == cost_cache_.end()) {
     cached = cost_cache_.emplace(key, costs_.Collective(op.type, op.bytes, comm)).first;
@@ -1136,17 +1140,19 @@ void Engine::OnCommCountChanged(RankState& r, int32_t before) {
 void Engine::EmitHost(RankState& r, int32_t op_index, HostSpanKind kind, int64_t start, int64_t end,
                       int64_t correlation) {
   if (kind != HostSpanKind::kSynchronize) r.stats.host_busy_ns += end - start;
-  r.stats.timeline_hash = HashCombine(
-      HashCombine(r.stats.timeline_hash, static_cast<uint64_t>(op_index)),
-      static_cast<uint64_t>(start) * 31u + static_cast<uint64_t>(end));
+  // A sum of per-span hashes: identical spans give the same hash in any emission order
+  // (same-instant events of different ranks interleave differently).
+  r.stats.timeline_hash += HashCombine(HashCombine(static_cast<uint64_t>(op_index) << 3 | static_cast<uint64_t>(kind),
+                                                   static_cast<uint64_t>(start)),
+                                       static_cast<uint64_t>(end));
   if (r.want_trace) observer_->OnHostSpan(HostSpan{r.rank, op_index, kind, start, end, correlation});
 }
 
 void Engine::EmitDevice(RankState& r, const Participant& p, int64_t start, int64_t end,
                         const CollectiveRun* run) {
-  r.stats.timeline_hash = HashCombine(
-      HashCombine(r.stats.timeline_hash, static_cast<uint64_t>(p.op_index) << 8 | static_cast<uint64_t>(p.stream)),
-      static_cast<uint64_t>(start) * 31u + static_cast<uint64_t>(end));
+  r.stats.timeline_hash += HashCombine(
+      HashCombine(static_cast<uint64_t>(p.op_index) << 8 | static_cast<uint64_t>(p.stream) | 0x80, static_cast<uint64_t>(start)),
+      static_cast<uint64_t>(end));
   if (r.want_trace) {
     observer_->OnDeviceSpan(DeviceSpan{r.rank, p.stream, p.op_index, start, end, p.op_index, run});
   }

@@ -391,6 +391,43 @@ TEST(EngineMemoryTest, OutOfMemoryStopsTheRankAndThePeersHang) {
   EXPECT_NE(result.blocked[1].streams.at(0).find("waiting for peers"), std::string::npos);
 }
 
+TEST(EngineTest, PointToPointIsNumberedApartFromCollectives) {
+  // all_reduce, send 0->1, all_reduce: the collectives are #0 and #1 of the communicator, the
+  // send/recv #0 of its pair (PyTorch numbers p2p separately).
+  Builder b(2);
+  CollectiveOp send;
+  send.type = CollectiveType::kSend;
+  send.bytes = 10;
+  send.peer = 1;
+  CollectiveOp recv = send;
+  recv.type = CollectiveType::kRecv;
+  recv.peer = 0;
+  b.Coll(0, 0, 20).Add(0, send).Coll(0, 0, 20);
+  b.Coll(1, 0, 20).Add(1, recv).Coll(1, 0, 20);
+  Recorder rec(b.schedule);
+  b.Run(Launch10(), &rec);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rec.seq.at({r, 0}), 0);
+    EXPECT_EQ(rec.seq.at({r, 1}), 0);
+    EXPECT_EQ(rec.seq.at({r, 2}), 1);
+  }
+}
+
+TEST(EngineMemoryTest, SharedOutcomesKeepTheWarmStepsStats) {
+  // The tensor stays allocated across steps: the measured step makes no allocator call, yet
+  // a rank reading the shared outcome log reports what a live allocator does.
+  for (bool live : {false, true}) {
+    Builder b(1);
+    b.Add(0, AllocateOp{0, 6 * kMiB, 0}).Kernel(0, 0, 100);
+    EngineConfig config = WithMemory(1024 * kMiB, true);
+    config.memory.record_history = live;  // with a recorder: a live allocator
+    Recorder rec(b.schedule);
+    SimulationResult result = b.Run(config, &rec);
+    EXPECT_EQ(result.ranks[0].memory.stats.reserved_bytes_peak, 20 * kMiB) << "live=" << live;
+    EXPECT_EQ(result.ranks[0].memory.stats.allocated_bytes, 6 * kMiB) << "live=" << live;
+  }
+}
+
 TEST(EngineTest, IdenticalRanksHashEqualAndRunsAreDeterministic) {
   Builder b(2);
   for (int r = 0; r < 2; ++r) b.Kernel(r, 0, 100).Coll(r, 1, 70).Kernel(r, 0, 33);

@@ -417,6 +417,16 @@ traces::Program LowerDdp(const LoweringContext& ctx) {
   int64_t total_numel = 0;
   for (const ModuleKernels& module : ctx.modules) total_numel += module.param_numel();
 
+  const auto cast_numel = [&](const ModuleKernels& module) {
+    int64_t numel = 0;
+    if (ctx.compute_dtype == DType::kFloat32) return numel;
+    for (const ParamTensor& p : module.params) numel += p.matmul ? p.numel : 0;
+    return numel;
+  };
+  const auto cast_bytes = [&](const ModuleKernels& module) {
+    return cast_numel(module) * DTypeSize(ctx.compute_dtype);
+  };
+
   // Model states: fp32 parameters, AdamW moments, and the reducer's flat bucket buffers.
   b.SetPhase(Phase::kNone);
   b.Allocate("params", total_numel * kFp32Bytes, compute);
@@ -431,15 +441,20 @@ traces::Program LowerDdp(const LoweringContext& ctx) {
     b.SetPhase(Phase::kForward);
     for (const ModuleKernels& module : ctx.modules) {
       b.SetModule(module.name);
-      // autocast casts each fp32 weight to bf16 once per forward and keeps the copy for
-      // backward (torch/csrc/autograd autocast weight cache).
-      if (ctx.compute_dtype != DType::kFloat32) {
-        const int64_t numel = module.param_numel();
-        b.Allocate("weight_cast." + module.name, numel * DTypeSize(ctx.compute_dtype), compute);
-        b.MemoryKernel(compute, "autocast::to_copy", numel * kFp32Bytes, numel * DTypeSize(ctx.compute_dtype));
+      // autocast casts the fp32 weights of GEMMs (linear weights and biases; norms run in fp32
+      // and the embedding lookup reads its fp32 table) to bf16 once per forward
+      // (aten/src/ATen/autocast_mode.cpp: the lower-precision op list and its cast cache).
+      // Autograd keeps the copies for the GEMMs' backward; under activation checkpointing
+      // the forward's copies die when autocast exits and the recompute casts again.
+      if (cast_bytes(module) > 0) {
+        b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
+        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
       }
       b.Allocate("activations." + module.name, SavedBytes(ctx, module), compute);
       EmitForwardKernels(ctx, b, compute, module);
+    }
+    for (const ModuleKernels& module : ctx.modules) {  // autocast exits: only saved copies live on
+      if (Checkpointed(ctx, module) && cast_bytes(module) > 0) b.Free("weight_cast." + module.name);
     }
     b.SetPhase(Phase::kBackward);
     size_t next_bucket = 0;
@@ -452,13 +467,24 @@ traces::Program LowerDdp(const LoweringContext& ctx) {
       // added into it.
       const std::string grad = mb == 0 ? "grad." + module.name : "grad_tmp." + module.name;
       b.Allocate(grad, grad_bytes, compute);
-      EmitBackwardKernels(ctx, b, compute, module, Checkpointed(ctx, module));
+      const bool recompute = Checkpointed(ctx, module);
+      if (recompute && cast_bytes(module) > 0) {  // the recompute runs under autocast again
+        b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
+        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
+      }
+      // The GEMMs produce bf16 weight gradients; the cast's backward turns them into fp32.
+      if (cast_bytes(module) > 0) b.Allocate("grad_lowp." + module.name, cast_bytes(module), compute);
+      EmitBackwardKernels(ctx, b, compute, module, recompute);
+      if (cast_bytes(module) > 0) {
+        b.MemoryKernel(compute, "autocast::to_copy_backward", cast_bytes(module), cast_numel(module) * kFp32Bytes);
+        b.Free("grad_lowp." + module.name);
+        b.Free("weight_cast." + module.name);
+      }
       if (mb > 0) {
         b.MemoryKernel(compute, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
         b.Free(grad);
       }
       b.Free("activations." + module.name);
-      if (ctx.compute_dtype != DType::kFloat32) b.Free("weight_cast." + module.name);
       // Reducer::autograd_hook -> mark_variable_ready: copy the gradient into its bucket
       // (gradient_as_bucket_view=False), launch every bucket now complete, in order.
       b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);

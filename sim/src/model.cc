@@ -209,8 +209,8 @@ void AddNormParams(std::vector<ParamTensor>& params, const std::string& prefix,
 // way grouped-GEMM implementations keep them).
 void AddLinearParams(std::vector<ParamTensor>& params, const std::string& prefix, int64_t in,
                      int64_t out, bool bias, int64_t copies = 1) {
-  params.push_back({prefix + ".weight", copies * in * out});
-  if (bias) params.push_back({prefix + ".bias", copies * out});
+  params.push_back({prefix + ".weight", copies * in * out, /*matmul=*/true});
+  if (bias) params.push_back({prefix + ".bias", copies * out, /*matmul=*/true});
 }
 
 std::vector<ParamTensor> EmbedParams(const ModelSpec& m) {
@@ -270,8 +270,8 @@ std::vector<ParamTensor> HeadParams(const ModelSpec& m) {
     AddLinearParams(params, "dense", m.hidden, m.hidden, m.bias);
     AddNormParams(params, "transform_norm", m);
   }
-  if (!m.tied_embeddings) params.push_back({"output.weight", m.vocab * m.hidden});
-  if (m.lm_head_transform) params.push_back({"output.bias", m.vocab});
+  if (!m.tied_embeddings) params.push_back({"output.weight", m.vocab * m.hidden, /*matmul=*/true});
+  if (m.lm_head_transform) params.push_back({"output.bias", m.vocab, /*matmul=*/true});
   return params;
 }
 

@@ -73,6 +73,7 @@ Status ValidateModel(const ModelSpec& model);
 struct ParamTensor {
   std::string name;   // e.g. "attention.wq.weight"
   int64_t numel = 0;
+  bool matmul = false;  // used by a GEMM (linear weights and biases): autocast casts it
 };
 
 // One kernel a module runs, with the activation bytes it saves for backward.
