@@ -537,7 +537,8 @@ Figures ComputeFigures(const Schedule& schedule, const SimulationSetup& setup, c
   for (const auto& [name, ns] : busy) {
     f.stream_busy_fraction[name] = result.makespan_ns > 0 ? ns / n / static_cast<double>(result.makespan_ns) : 0;
   }
-  if (f.step_s > 0) {
+  // A step that did not complete (a rank ran out of memory, a hang) has no throughput.
+  if (f.step_s > 0 && !result.hung) {
     f.tokens_per_second_per_gpu = static_cast<double>(setup.tokens_per_rank_step) / f.step_s;
     f.tflops_per_gpu = setup.model_flops_per_rank_step / f.step_s * 1e-12;
     const double peak = PeakFlops(setup.cluster.gpu, traces::ParseDType(
@@ -573,6 +574,7 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                   {"gpu", setup.cluster.gpu.name},
                   {"nodes", setup.cluster.nodes},
                   {"gpus_per_node", setup.cluster.gpus_per_node}};
+  j["completed"] = !result.hung;  // false: the throughput figures below are 0
   j["step_time_ns"] = result.makespan_ns;
   j["tokens_per_second_per_gpu"] = f.tokens_per_second_per_gpu;
   j["tflops_per_gpu"] = f.tflops_per_gpu;
@@ -677,8 +679,13 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
   std::string out;
   out += fmt::format("{}: {} ranks on {} x {} ({})\n", setup.label, schedule.world_size(), setup.cluster.nodes,
                      setup.cluster.name, setup.cluster.gpu.name);
-  out += fmt::format("  step time            {:>12.3f} ms\n", static_cast<double>(result.makespan_ns) * 1e-6);
-  if (setup.tokens_per_rank_step > 0) {
+  if (result.hung) {
+    out += fmt::format("  the step does not complete ({} rank(s) stuck: out of memory or a hang, below)\n",
+                       result.blocked.size());
+  } else {
+    out += fmt::format("  step time            {:>12.3f} ms\n", static_cast<double>(result.makespan_ns) * 1e-6);
+  }
+  if (setup.tokens_per_rank_step > 0 && !result.hung) {
     out += fmt::format("  tokens/s per GPU     {:>12.1f}\n", f.tokens_per_second_per_gpu);
     out += fmt::format("  model TFLOP/s per GPU{:>12.1f}   MFU {:.1f}%\n", f.tflops_per_gpu, 100 * f.mfu);
   }
