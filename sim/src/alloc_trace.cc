@@ -465,6 +465,10 @@ AllocTrace AllocTraceFromSchedule(const traces::Schedule& schedule, int32_t rank
       if (tensor >= live.size() || live[tensor] < 0) continue;
       trace.ops.push_back(AllocTraceFree{live[tensor]});
       live[tensor] = -1;
+    } else if (const auto* record = std::get_if<traces::RecordStreamOp>(&op.payload)) {
+      const auto tensor = static_cast<size_t>(record->tensor);
+      if (tensor >= live.size() || live[tensor] < 0) continue;
+      trace.ops.push_back(AllocTraceRecordStream{live[tensor], record->stream});
     }
   }
   trace.description = fmt::format("allocate/free ops of rank {} (program '{}') in program order", rank, program.name);

@@ -544,6 +544,10 @@ void Engine::RunHost(RankState& r) {
               return;
             }
             yielded = !Allocate(r, pc, payload, op.id, t);
+          } else if constexpr (std::is_same_v<T, traces::RecordStreamOp>) {
+            // Programs with record_stream never share a precomputed log (BuildLog).
+            const uint64_t address = r.tensor_address[static_cast<size_t>(payload.tensor)];
+            if (r.allocator && address != 0) r.allocator->RecordStream(address, payload.stream);
           } else {
             static_assert(std::is_same_v<T, traces::FreeOp>);
             if (r.allocator || r.log) FreeTensor(r, payload, t);
@@ -612,6 +616,10 @@ void Engine::AllocatorEvents::Synchronize(EventToken event) {
 // Returns null when the allocator recorded a stream event: then outcomes could depend on
 // device progress, and every rank keeps a live allocator.
 std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& like) {
+  // record_stream makes frees wait for device progress: no log can stand for the timed run.
+  for (const Op& op : like.program->ops) {
+    if (std::holds_alternative<traces::RecordStreamOp>(op.payload)) return nullptr;
+  }
   RankState scratch;
   scratch.program = like.program;
   scratch.rank = like.rank;

@@ -799,8 +799,9 @@ Status PlanParser::ReadFsdp2(const Entry& entry, Fsdp2Config* out) const {
   SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
                               ReadMapping(entry.value, MarkOf(entry), "fsdp2", kFsdp2Keys));
   if (const Entry* e = fields.Find("reshard_after_forward")) {
-    SHARDSCOPE_RETURN_IF_ERROR(
-        ReadBool(*e, "fsdp2.reshard_after_forward", &out->reshard_after_forward));
+    bool reshard = true;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "fsdp2.reshard_after_forward", &reshard));
+    out->reshard_after_forward = reshard ? ReshardAfterForward::kTrue : ReshardAfterForward::kFalse;
   }
   return Status::Ok();
 }

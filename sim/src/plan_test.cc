@@ -108,7 +108,7 @@ TEST(PlanTest, FullValidPlan) {
   EXPECT_EQ(plan.training.grad_accum_steps, 4);
   EXPECT_EQ(plan.training.activation_checkpointing, ActivationCheckpointing::kFull);
   EXPECT_EQ(plan.training.dtype, traces::DType::kBFloat16);
-  EXPECT_FALSE(plan.fsdp2.reshard_after_forward);
+  EXPECT_EQ(plan.fsdp2.reshard_after_forward, ReshardAfterForward::kFalse);
   EXPECT_DOUBLE_EQ(plan.contention.compute_slowdown, 0.25);
   EXPECT_DOUBLE_EQ(plan.contention.comm_slowdown, 0.5);
   EXPECT_EQ(plan.host.launch_overhead_ns, 4'500);
@@ -121,7 +121,7 @@ TEST(PlanTest, OmittedSectionsTakeDefaults) {
   EXPECT_EQ(plan.cluster.nodes, 1);
   EXPECT_EQ(plan.training.seq_len, TrainingConfig{}.seq_len);
   EXPECT_EQ(plan.training.dtype, traces::DType::kBFloat16);
-  EXPECT_TRUE(plan.fsdp2.reshard_after_forward);
+  EXPECT_EQ(plan.fsdp2.reshard_after_forward, ReshardAfterForward::kTrue);
   EXPECT_EQ(plan.host.launch_overhead_ns, DefaultHostConfig().launch_overhead_ns);
   EXPECT_EQ(plan.host.hook_overhead_ns, DefaultHostConfig().hook_overhead_ns);
   EXPECT_EQ(plan.host.python_op_overhead_ns, DefaultHostConfig().python_op_overhead_ns);

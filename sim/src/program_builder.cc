@@ -13,13 +13,14 @@ traces::StreamIndex ProgramBuilder::Stream(const std::string& name, int32_t prio
 
 void ProgramBuilder::Collective(traces::StreamIndex stream, std::string_view name,
                                 traces::CollectiveType type, traces::CommSlot comm, int64_t bytes,
-                                traces::DType dtype) {
+                                traces::DType dtype, int32_t root) {
   traces::CollectiveOp op;
   op.type = type;
   op.comm = comm;
   op.stream = stream;
   op.bytes = bytes;
   op.dtype = dtype;
+  op.peer = root;
   Append(name, op);
 }
 

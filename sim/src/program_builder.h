@@ -30,8 +30,21 @@ class ProgramBuilder {
   void MemoryKernel(traces::StreamIndex stream, std::string_view name, int64_t read, int64_t written) {
     Kernel(stream, name, traces::MemoryBoundDesc{read, written});
   }
+  // `root`: the root's global rank for broadcast / reduce, the peer for send / recv.
   void Collective(traces::StreamIndex stream, std::string_view name, traces::CollectiveType type,
-                  traces::CommSlot comm, int64_t bytes, traces::DType dtype);
+                  traces::CommSlot comm, int64_t bytes, traces::DType dtype, int32_t root = -1);
+  void Memcpy(traces::StreamIndex stream, std::string_view name, traces::MemcpyKind kind, int64_t bytes) {
+    Append(name, traces::MemcpyOp{kind, stream, bytes});
+  }
+  // Host-blocking synchronizations (cudaStreamSynchronize, cudaDeviceSynchronize,
+  // cudaEventSynchronize).
+  void StreamSync(std::string_view name, traces::StreamIndex stream) {
+    Append(name, traces::StreamSynchronizeOp{stream});
+  }
+  void DeviceSync(std::string_view name) { Append(name, traces::DeviceSynchronizeOp{}); }
+  void EventSync(std::string_view name, traces::EventIndex event) {
+    Append(name, traces::EventSynchronizeOp{event});
+  }
   void Record(traces::EventIndex event, traces::StreamIndex stream) {
     Append({}, traces::EventRecordOp{event, stream});
   }
@@ -46,6 +59,11 @@ class ProgramBuilder {
   }
   void Free(const std::string& tensor) {
     Append({}, traces::FreeOp{Index(tensors_, program_.tensors, tensor)});
+  }
+  // tensor.record_stream(stream): its block stays reserved until `stream` has done the work
+  // queued before the free.
+  void RecordStream(const std::string& tensor, traces::StreamIndex stream) {
+    Append({}, traces::RecordStreamOp{Index(tensors_, program_.tensors, tensor), stream});
   }
 
   traces::Program Finish() { return std::move(program_); }

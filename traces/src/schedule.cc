@@ -30,9 +30,10 @@ constexpr std::array<std::string_view, 8> kCollectiveNames = {
     "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce", "all_to_all", "send", "recv"};
 constexpr std::array<std::string_view, 3> kMemcpyNames = {"h2d", "d2h", "d2d"};
 constexpr std::array<std::string_view, 5> kPhaseNames = {"", "forward", "backward", "optimizer", "checkpoint"};
-constexpr std::array<std::string_view, 11> kOpKindNames = {
+constexpr std::array<std::string_view, 12> kOpKindNames = {
     "kernel", "collective", "memcpy", "event_record", "stream_wait_event", "stream_synchronize",
-    "device_synchronize", "event_synchronize", "host_work", "allocate", "free"};
+    "device_synchronize", "event_synchronize", "host_work", "allocate", "free",
+    "record_stream"};
 static_assert(kOpKindNames.size() == std::variant_size_v<OpPayload>);
 
 template <typename Enum, size_t N>

@@ -436,6 +436,9 @@ StatusOr<PendingOp> ScheduleReader::ParseOp(const Json& json, const std::string&
     case 9:
       allow({"tensor", "bytes", "stream"});
       break;
+    case 11:
+      allow({"tensor", "stream"});
+      break;
     case 10:
       allow({"tensor"});
       break;
@@ -529,6 +532,11 @@ StatusOr<PendingOp> ScheduleReader::ParseOp(const Json& json, const std::string&
     case 10: {
       SHARDSCOPE_ASSIGN_OR_RETURN(pending.ref, StringField(json, path, "tensor"));
       op.payload = FreeOp{};
+      break;
+    }
+    case 11: {
+      SHARDSCOPE_ASSIGN_OR_RETURN(pending.ref, StringField(json, path, "tensor"));
+      op.payload = RecordStreamOp{};
       break;
     }
     default:
@@ -646,6 +654,9 @@ Status ScheduleReader::ParseProgram(const Json& json, const std::string& path,
       SHARDSCOPE_ASSIGN_OR_RETURN(allocate->stream, stream());
     } else if (auto* release = std::get_if<FreeOp>(&op.payload)) {
       SHARDSCOPE_ASSIGN_OR_RETURN(release->tensor, tensor());
+    } else if (auto* record_stream = std::get_if<RecordStreamOp>(&op.payload)) {
+      SHARDSCOPE_ASSIGN_OR_RETURN(record_stream->tensor, tensor());
+      SHARDSCOPE_ASSIGN_OR_RETURN(record_stream->stream, stream());
     }
     if (p.name) op.name = intern(*p.name);
     if (p.module) op.tags.module = intern(*p.module);
@@ -1164,6 +1175,9 @@ class ScheduleWriter {
       stream(allocate->stream);
     } else if (const auto* release = std::get_if<FreeOp>(&op.payload)) {
       RefField("tensor", program.tensors, release->tensor, named);
+    } else if (const auto* record_stream = std::get_if<RecordStreamOp>(&op.payload)) {
+      RefField("tensor", program.tensors, record_stream->tensor, named);
+      stream(record_stream->stream);
     }
     name_ref("module", op.tags.module);
     if (op.tags.phase != Phase::kNone) StringField("phase", PhaseName(op.tags.phase));

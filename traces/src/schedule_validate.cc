@@ -315,6 +315,14 @@ class Validator {
         }
         live_since[t].reset();
         freed_by[t] = op.id;
+      } else if (const auto* record_stream = std::get_if<RecordStreamOp>(&op.payload)) {
+        SHARDSCOPE_RETURN_IF_ERROR(check_tensor(record_stream->tensor));
+        SHARDSCOPE_RETURN_IF_ERROR(check_stream(record_stream->stream));
+        const auto t = static_cast<size_t>(record_stream->tensor);
+        if (!live_since[t]) {
+          return fail(fmt::format("record_stream on tensor '{}', which is not allocated",
+                                  program.tensors[t]));
+        }
       }
       // DeviceSynchronizeOp: nothing to check.
     }

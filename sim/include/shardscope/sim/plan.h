@@ -2,11 +2,11 @@
 //
 //   model: llama3-8b                      # a preset, or a mapping of dimensions
 //   cluster: {preset: dgx-a100, nodes: 8} # optional overrides of any hardware figure
-//   strategy: fsdp2                       # fsdp2 | ddp (more strategies in later issues)
+//   strategy: fsdp2                       # fsdp2 | fsdp1 | zero1 | zero2 | zero3 | ddp
 //   training: {seq_len: 8192, micro_batch_size: 1, grad_accum_steps: 1,
 //              activation_checkpointing: none, dtype: bf16}
 //   fsdp2: {reshard_after_forward: true}  # one section per strategy, framework knob names
-//   ddp: {bucket_cap_mb: 25}
+//   ddp: {bucket_cap_mb: 25}              # (fsdp1:, zero:, ddp:), plus moe: and checkpoint:
 //   host: {launch_overhead_us: ..., hook_overhead_us: ...}
 //
 // Unknown keys, wrong types and impossible values are errors naming the file, line, key and
@@ -28,28 +28,130 @@
 
 namespace shardscope::sim {
 
-enum class Strategy : uint8_t { kFsdp2, kDdp };
-std::string_view StrategyName(Strategy strategy);  // "fsdp2", "ddp"
+enum class Strategy : uint8_t { kFsdp2, kDdp, kFsdp1, kZero1, kZero2, kZero3 };
+std::string_view StrategyName(Strategy strategy);  // "fsdp2", "ddp", "fsdp1", "zero1", ...
 
-enum class ActivationCheckpointing : uint8_t { kNone, kFull };
+// none: every activation saved. full: torch.utils.checkpoint around every transformer block.
+// selective: torchtitan's layer-level selective AC, a checkpoint around every k-th block
+// (training.selective_ac_every, torchtitan's selective_ac_option default "2").
+enum class ActivationCheckpointing : uint8_t { kNone, kFull, kSelective };
 
 struct TrainingConfig {
   int64_t seq_len = 2048;
   int64_t micro_batch_size = 1;
   int32_t grad_accum_steps = 1;
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
+  int32_t selective_ac_every = 2;   // selective: blocks whose (index + 1) % k == 0 are checkpointed
   traces::DType dtype = traces::DType::kBFloat16;
+  double max_grad_norm = 1.0;       // clip_grad_norm_ (torchtitan max_norm 1.0); 0 = no clipping
+};
+
+// The 2-D data-parallel device mesh (replicate, shard). Ranks r*shard .. r*shard+shard-1 form
+// shard group r (consecutive ranks: NVLink first); ranks with equal r % shard form a
+// replicate group. replicate == 1: plain FSDP; HSDP otherwise.
+struct DataParallelMesh {
+  int32_t replicate = 1;
+  int32_t shard = 0;                // 0 until resolved by the loader: world_size / replicate
+};
+
+// FSDP2's reshard_after_forward: True / False / an int (reshard to a smaller world of that
+// many ranks after forward) / None (True except the root, which keeps its parameters).
+enum class ReshardAfterForward : uint8_t { kTrue, kFalse, kInt, kNone };
+
+// When gradients are reduced under gradient accumulation.
+enum class GradientSync : uint8_t {
+  kEveryMicroBatch,  // reduce-scatter every micro-batch, accumulate sharded gradients
+  kLastMicroBatch,   // set_requires_gradient_sync(False) / no_sync() until the last one:
+                     // unsharded gradients kept between micro-batches
 };
 
 // torch.distributed.fsdp.fully_shard knobs (the names fully_shard uses).
 struct Fsdp2Config {
-  bool reshard_after_forward = true;
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::kTrue;
+  int32_t reshard_after_forward_size = 0;  // kInt: the int given
+  // Explicit prefetch (set_modules_to_forward_prefetch / _backward_prefetch): a count of
+  // units ahead for every unit, or per-unit lists of unit names (the lists win for the units
+  // they name). forward_prefetch 0 = implicit prefetch only; backward_prefetch 1 = default.
+  int32_t forward_prefetch = 0;
+  int32_t backward_prefetch = 1;
+  std::map<std::string, std::vector<std::string>> forward_prefetch_units;
+  std::map<std::string, std::vector<std::string>> backward_prefetch_units;
+  // MixedPrecisionPolicy, resolved by the loader: the plan's defaults are torchtitan's
+  // (param_dtype = training.dtype, fp8 training keeps bf16 params; reduce_dtype fp32);
+  // `null` means None in the policy (param: fp32, no cast; reduce: param_dtype).
+  traces::DType param_dtype = traces::DType::kBFloat16;
+  traces::DType reduce_dtype = traces::DType::kFloat32;
+  DataParallelMesh mesh;            // HSDP when mesh.replicate > 1
+  GradientSync requires_gradient_sync = GradientSync::kEveryMicroBatch;
+  // With kLastMicroBatch: blocks whose index % k == 0 still reduce every micro-batch
+  // (set_requires_gradient_sync per block); 0 = none do.
+  int32_t gradient_sync_every_k_blocks = 0;
+  bool requires_all_reduce = true;  // HSDP: all-reduce across replicas on every reduction
+  bool reshard_after_backward = true;
+  // Wrap granularity: fully_shard on groups of `blocks_per_unit` blocks (1 = every block);
+  // root_only: one fully_shard on the whole model.
+  int32_t blocks_per_unit = 1;
+  bool root_only = false;
+};
+
+// torch.distributed.fsdp.FullyShardedDataParallel (FSDP1) and fairscale's FSDP.
+enum class Fsdp1ShardingStrategy : uint8_t {
+  kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2};
+enum class Fsdp1BackwardPrefetch : uint8_t { kBackwardPre, kBackwardPost, kNone };
+enum class Fsdp1Implementation : uint8_t { kTorch, kFairscale };
+
+struct Fsdp1Config {
+  Fsdp1ShardingStrategy sharding_strategy = Fsdp1ShardingStrategy::kFullShard;
+  Fsdp1BackwardPrefetch backward_prefetch = Fsdp1BackwardPrefetch::kBackwardPre;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;
+  bool no_sync = false;             // no_sync() around every micro-batch but the last
+  // MixedPrecision(param_dtype, reduce_dtype), resolved like Fsdp2Config's.
+  traces::DType param_dtype = traces::DType::kBFloat16;
+  traces::DType reduce_dtype = traces::DType::kFloat32;
+  DataParallelMesh mesh;            // hybrid strategies: shard = gpus_per_node by default
+  Fsdp1Implementation implementation = Fsdp1Implementation::kTorch;
+  // fairscale only: fp32 gradients accumulated per parameter and concatenated (false, the
+  // old way) or accumulated into slices of one flat fp32 buffer (true).
+  bool optimize_backward_concat = false;
+};
+
+// DeepSpeed ZeRO (runtime/zero/config.py names; sizes in elements).
+struct ZeroConfig {
+  int64_t reduce_bucket_size = 500'000'000;
+  int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;        // resolved by the loader: DeepSpeed's default is true for
+                                    // stage 3 only
+  bool contiguous_gradients = true;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  // The 2021 ZeRO-3 behaviours, to reproduce the slow runs and show the fix.
+  bool legacy_prefetch_first_param_only = false;   // prefetch fetched nothing beyond one param
+  bool legacy_stream_sync_in_fetch_release = false;// cudaStreamSynchronize in fetch and release
+  bool legacy_debug_norm_sync = false;             // a debug string's tensor.norm() per fetch
 };
 
 // torch.nn.parallel.DistributedDataParallel knobs.
 struct DdpConfig {
   double bucket_cap_mb = 25;        // kDefaultBucketBytesCap (torch/nn/parallel/distributed.py)
   double first_bucket_mb = 1;       // dist._DEFAULT_FIRST_BUCKET_BYTES
+  bool no_sync = false;             // no_sync() around every micro-batch but the last
+};
+
+// Mixture of experts: experts split over an expert-parallel group of consecutive ranks,
+// tokens dispatched and combined with all-to-alls; expert parameters are data-parallel over
+// the ranks holding the same experts (world_size / expert_parallel), outside the dense shard.
+struct MoeConfig {
+  int32_t expert_parallel = 1;
+};
+
+// After the step: the optimizer state consolidated on rank 0 for a checkpoint
+// (fairscale FSDP.gather_full_optim_state_dict / torch FSDP.full_optim_state_dict).
+struct CheckpointConfig {
+  bool consolidate_optimizer_state = false;
+  bool no_broadcast_optim_state = false;  // fairscale: expert state stays on its rank
 };
 
 // Host-side costs the engine charges (defaults and their sources in plan.cc).
@@ -87,7 +189,11 @@ struct Plan {
   Strategy strategy = Strategy::kFsdp2;
   TrainingConfig training;
   Fsdp2Config fsdp2;
+  Fsdp1Config fsdp1;
+  ZeroConfig zero;
   DdpConfig ddp;
+  MoeConfig moe;
+  CheckpointConfig checkpoint;
   HostConfig host;
   MemoryPlan memory;
 };

@@ -172,13 +172,22 @@ struct FreeOp {
   bool operator==(const FreeOp&) const = default;
 };
 
+// torch.Tensor.record_stream(stream): the live tensor is also used on `stream`, so when it is
+// freed the caching allocator keeps its block until the work `stream` had queued by the
+// free has completed (CUDACachingAllocator recordStream / insert_events).
+struct RecordStreamOp {
+  TensorIndex tensor = 0;
+  StreamIndex stream = 0;
+  bool operator==(const RecordStreamOp&) const = default;
+};
+
 using OpPayload = std::variant<KernelOp, CollectiveOp, MemcpyOp, EventRecordOp, StreamWaitEventOp,
                                StreamSynchronizeOp, DeviceSynchronizeOp, EventSynchronizeOp,
-                               HostWorkOp, AllocateOp, FreeOp>;
+                               HostWorkOp, AllocateOp, FreeOp, RecordStreamOp>;
 
 // The JSON "op" field of each payload alternative: "kernel", "collective", "memcpy",
 // "event_record", "stream_wait_event", "stream_synchronize", "device_synchronize",
-// "event_synchronize", "host_work", "allocate", "free".
+// "event_synchronize", "host_work", "allocate", "free", "record_stream".
 std::string_view OpKindName(const OpPayload& payload);
 
 struct OpTags {

@@ -1,0 +1,202 @@
+// Emitters every strategy lowering shares (lowering_internal.h).
+#include <charconv>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "lowering_internal.h"
+
+namespace shardscope::sim {
+
+using traces::CollectiveType;
+using traces::DType;
+using traces::DTypeSize;
+
+DataParallelMesh MeshOf(const Plan& plan) {
+  const int32_t world = plan.cluster.world_size();
+  DataParallelMesh mesh;
+  switch (plan.strategy) {
+    case Strategy::kFsdp2: mesh = plan.fsdp2.mesh; break;
+    case Strategy::kFsdp1: mesh = plan.fsdp1.mesh; break;
+    default: break;
+  }
+  if (mesh.replicate < 1) mesh.replicate = 1;
+  if (mesh.shard < 1) mesh.shard = world / mesh.replicate;
+  return mesh;
+}
+
+bool IsBlock(const ModuleKernels& module) { return module.name.rfind("layers.", 0) == 0; }
+
+int32_t BlockIndex(const ModuleKernels& module) {
+  if (!IsBlock(module)) return -1;
+  const std::string_view digits = std::string_view(module.name).substr(7);
+  int32_t index = -1;
+  std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  return index;
+}
+
+bool IsExpertParam(const ParamTensor& param) {
+  return param.name.rfind("feed_forward.experts.", 0) == 0;
+}
+
+int64_t DenseNumel(const ModuleKernels& module) {
+  int64_t numel = 0;
+  for (const ParamTensor& p : module.params) numel += IsExpertParam(p) ? 0 : p.numel;
+  return numel;
+}
+
+int64_t LocalExpertNumel(const LoweringContext& ctx, const ModuleKernels& module) {
+  int64_t numel = 0;
+  for (const ParamTensor& p : module.params) numel += IsExpertParam(p) ? p.numel : 0;
+  return numel / std::max<int32_t>(1, ctx.plan.moe.expert_parallel);
+}
+
+bool Checkpointed(const LoweringContext& ctx, const ModuleKernels& module) {
+  if (!IsBlock(module)) return false;
+  switch (ctx.plan.training.activation_checkpointing) {
+    case ActivationCheckpointing::kNone: return false;
+    case ActivationCheckpointing::kFull: return true;
+    case ActivationCheckpointing::kSelective: {
+      // torchtitan apply_ac (torchtitan/models/llama3/infra/parallelize.py,
+      // _apply_ac_to_transformer_block): layer SAC counts blocks from 1 and wraps a block in
+      // checkpoint_wrapper when count % ac_freq == 0, i.e. block i when (i + 1) % k == 0.
+      const int32_t k = std::max<int32_t>(1, ctx.plan.training.selective_ac_every);
+      return (BlockIndex(module) + 1) % k == 0;
+    }
+  }
+  return false;
+}
+
+int64_t SavedBytes(const LoweringContext& ctx, const ModuleKernels& module) {
+  if (!Checkpointed(ctx, module)) return module.saved_bytes();
+  // A checkpointed block keeps only its input: tokens x hidden in the activation dtype.
+  return ctx.plan.training.micro_batch_size * ctx.plan.training.seq_len * ctx.plan.model.hidden *
+         DTypeSize(ctx.compute_dtype);
+}
+
+namespace {
+
+// Expert parallelism (torchtitan/distributed/expert_parallel.py, ExpertParallel
+// _token_dispatch / _token_combine): the routed tokens of this rank (tokens x top_k rows of
+// hidden) go to the ranks holding their experts with all_to_all_single on the current
+// stream, after a small all-to-all of the per-expert token counts whose result the host
+// reads (.tolist() after a device-to-host copy: the host waits for the device).
+bool ExpertParallel(const LoweringContext& ctx, const ModuleKernels& module) {
+  return ctx.plan.moe.expert_parallel > 1 && IsBlock(module) && ctx.plan.model.experts > 1;
+}
+
+int64_t RoutedBytes(const LoweringContext& ctx) {
+  return ctx.plan.training.micro_batch_size * ctx.plan.training.seq_len *
+         ctx.plan.model.experts_per_token * ctx.plan.model.hidden * DTypeSize(ctx.compute_dtype);
+}
+
+void EmitAllToAll(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                  std::string_view name, bool with_splits) {
+  const traces::CommSlot ep = b.Comm(kCommExpert);
+  if (with_splits) {
+    // num_tokens_per_expert: one int64 count per expert from every rank.
+    b.Collective(stream, "MoE::all_to_all_splits", CollectiveType::kAllToAll, ep,
+                 ctx.plan.model.experts * int64_t{8}, DType::kInt64);
+    b.Memcpy(stream, "MoE::splits_to_host", traces::MemcpyKind::kDeviceToHost,
+             ctx.plan.model.experts * int64_t{8});
+    b.StreamSync("MoE::splits_tolist", stream);
+  }
+  b.Collective(stream, name, CollectiveType::kAllToAll, ep, RoutedBytes(ctx), ctx.compute_dtype);
+}
+
+}  // namespace
+
+void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                        const ModuleKernels& module) {
+  const bool ep = ExpertParallel(ctx, module);
+  for (const ModuleKernel& kernel : module.forward) {
+    if (ep && kernel.name == "moe.unpermute") EmitAllToAll(ctx, b, stream, "MoE::combine", false);
+    b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
+    b.Kernel(stream, kernel.name, kernel.compute);
+    if (ep && kernel.name == "moe.permute") EmitAllToAll(ctx, b, stream, "MoE::dispatch", true);
+  }
+}
+
+void EmitBackwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                         const ModuleKernels& module, bool recompute) {
+  if (recompute) {
+    b.Allocate("recomputed." + module.name, module.saved_bytes(), stream);
+    EmitForwardKernels(ctx, b, stream, module);
+  }
+  // Autograd runs the all-to-alls' backward: the combine's gradient goes back to the expert
+  // ranks after unpermute's backward, the dispatch's after the experts' backward.
+  const bool ep = ExpertParallel(ctx, module);
+  for (const ModuleKernel& kernel : module.backward) {
+    if (ep && kernel.name == "moe.permute.bwd") EmitAllToAll(ctx, b, stream, "MoE::dispatch.bwd", false);
+    b.Kernel(stream, kernel.name, kernel.compute);
+    if (ep && kernel.name == "moe.unpermute.bwd") EmitAllToAll(ctx, b, stream, "MoE::combine.bwd", false);
+  }
+  if (recompute) b.Free("recomputed." + module.name);
+}
+
+void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel) {
+  // torch/optim/adamw.py (_fused_adamw, one multi-tensor kernel): reads param, grad, exp_avg,
+  // exp_avg_sq and writes param, exp_avg, exp_avg_sq.
+  b.MemoryKernel(stream, "optimizer.adamw", 4 * kFp32Bytes * numel, 3 * kFp32Bytes * numel);
+}
+
+void EmitClipGradNorm(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                      int64_t grad_numel, bool sharded, traces::CommSlot comm) {
+  if (ctx.plan.training.max_grad_norm <= 0) return;
+  // torch/nn/utils/clip_grad.py clip_grad_norm_: _get_total_norm (foreach_norm over the
+  // gradients, then the norm of the norms) and _clip_grads_with_norm_ (foreach_mul_ by the
+  // clamped coefficient): no host sync. With DTensor gradients (FSDP2) the total norm is a
+  // partial sum: full_tensor() all-reduces it (torchtitan dist_utils.clip_grad_norm_).
+  b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
+  b.MemoryKernel(stream, "clip_grad_norm.foreach_norm", grad_numel * kFp32Bytes, 0);
+  if (sharded) {
+    b.Collective(stream, "clip_grad_norm.all_reduce", CollectiveType::kAllReduce, comm, kFp32Bytes,
+                 DType::kFloat32);
+  }
+  b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
+  b.MemoryKernel(stream, "clip_grad_norm.foreach_mul", grad_numel * kFp32Bytes, grad_numel * kFp32Bytes);
+}
+
+void EmitOptimizerStateConsolidation(const LoweringContext& ctx, ProgramBuilder& b,
+                                     traces::StreamIndex stream,
+                                     const std::vector<ConsolidationUnit>& units, bool is_rank0) {
+  if (!ctx.plan.checkpoint.consolidate_optimizer_state) return;
+  b.SetPhase(traces::Phase::kCheckpoint);
+  b.SetMicroBatch(-1);
+  const traces::CommSlot world = b.Comm(kCommWorld);
+  for (const ConsolidationUnit& unit : units) {
+    b.SetModule(unit.name);
+    const int64_t state_bytes = unit.shard_numel * kFp32Bytes;
+    if (unit.expert && ctx.plan.checkpoint.no_broadcast_optim_state) {
+      // _remove_uncollectable_params_from_optim_state_dict: rank 0 moves its own state of
+      // the instance to the CPU; nothing is communicated.
+      if (is_rank0) {
+        for (const char* state : {"exp_avg", "exp_avg_sq"}) {
+          b.Memcpy(stream, fmt::format("consolidate.{}.to_cpu", state), traces::MemcpyKind::kDeviceToHost,
+                   state_bytes);
+        }
+        b.StreamSync("consolidate.cpu_copy", stream);
+      }
+      continue;
+    }
+    // An expert instance that is broadcast: every rank's experts differ, so the state is
+    // gathered from the whole world.
+    const traces::CommSlot comm = unit.expert ? world : unit.comm;
+    const int32_t group = unit.expert ? ctx.world_size : unit.group_size;
+    const int64_t full_bytes = state_bytes * group;
+    b.Allocate("consolidate.buffer." + unit.name, full_bytes, stream);
+    for (const char* state : {"exp_avg", "exp_avg_sq"}) {
+      b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
+      b.Collective(stream, fmt::format("consolidate.all_gather.{}", state), CollectiveType::kAllGather, comm,
+                   full_bytes, DType::kFloat32);
+      if (is_rank0) {
+        b.Memcpy(stream, fmt::format("consolidate.{}.to_cpu", state), traces::MemcpyKind::kDeviceToHost,
+                 full_bytes);
+        b.StreamSync("consolidate.cpu_copy", stream);
+      }
+    }
+    b.Free("consolidate.buffer." + unit.name);
+  }
+}
+
+}  // namespace shardscope::sim

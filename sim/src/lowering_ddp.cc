@@ -1,0 +1,174 @@
+// Lowering of DDP (torch.nn.parallel.DistributedDataParallel).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "lowering_internal.h"
+
+namespace shardscope::sim {
+namespace {
+
+using traces::CollectiveType;
+using traces::DType;
+using traces::DTypeSize;
+using traces::Phase;
+
+// ---------------------------------------------------------------------------------------
+// DDP: torch/nn/parallel/distributed.py and torch/csrc/distributed/c10d/reducer.cpp, with
+// torch.autocast(bf16): fp32 parameters and gradients, bf16 GEMMs.
+
+struct DdpBucket {
+  int64_t bytes = 0;
+  size_t last_module = 0;  // the module (forward index) whose gradients complete it
+};
+
+traces::Program LowerDdpProgram(const LoweringContext& ctx) {
+  const Plan& plan = ctx.plan;
+  ProgramBuilder b("ddp");
+  const traces::StreamIndex compute = b.Stream("compute", 0);
+  // ProcessGroupNCCL runs async collectives on its own stream, which first waits on the
+  // caller's stream (ProcessGroupNCCL::collective, syncStream).
+  const traces::StreamIndex nccl = b.Stream("nccl", 0);
+  const traces::CommSlot dp = b.Comm("dp");
+
+  // The steady-state buckets (Reducer::rebuild_buckets after the first iteration; the first
+  // iteration runs one bucket). Buckets over parameters in reverse registration order (which
+  // is the order gradients become ready); the first holds 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest
+  // bucket_cap_mb; a bucket closes once it reaches its cap
+  // (reducer.cpp compute_bucket_assignment_by_size).
+  std::vector<DdpBucket> buckets;
+  {
+    int64_t cap = static_cast<int64_t>(plan.ddp.first_bucket_mb * 1024 * 1024);
+    DdpBucket current;
+    for (size_t step = 0; step < ctx.modules.size(); ++step) {
+      const size_t m = ctx.modules.size() - 1 - step;
+      const auto& params = ctx.modules[m].params;
+      for (auto it = params.rbegin(); it != params.rend(); ++it) {
+        current.bytes += it->numel * kFp32Bytes;
+        current.last_module = m;
+        if (current.bytes >= cap) {
+          buckets.push_back(current);
+          current = DdpBucket{};
+          cap = static_cast<int64_t>(plan.ddp.bucket_cap_mb * 1024 * 1024);
+        }
+      }
+    }
+    if (current.bytes > 0) buckets.push_back(current);
+  }
+  int64_t total_numel = 0;
+  for (const ModuleKernels& module : ctx.modules) total_numel += module.param_numel();
+
+  const auto cast_numel = [&](const ModuleKernels& module) {
+    int64_t numel = 0;
+    if (ctx.compute_dtype == DType::kFloat32) return numel;
+    for (const ParamTensor& p : module.params) numel += p.matmul ? p.numel : 0;
+    return numel;
+  };
+  const auto cast_bytes = [&](const ModuleKernels& module) {
+    return cast_numel(module) * DTypeSize(ctx.compute_dtype);
+  };
+
+  // Model states: fp32 parameters, AdamW moments, and the reducer's flat bucket buffers.
+  b.SetPhase(Phase::kNone);
+  b.Allocate("params", total_numel * kFp32Bytes, compute);
+  b.Allocate("exp_avg", total_numel * kFp32Bytes, compute);
+  b.Allocate("exp_avg_sq", total_numel * kFp32Bytes, compute);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    b.Allocate(fmt::format("bucket.{}", i), buckets[i].bytes, compute);
+  }
+
+  for (int32_t mb = 0; mb < plan.training.grad_accum_steps; ++mb) {
+    b.SetMicroBatch(mb);
+    b.SetPhase(Phase::kForward);
+    for (const ModuleKernels& module : ctx.modules) {
+      b.SetModule(module.name);
+      // autocast casts the fp32 weights of GEMMs (linear weights and biases; norms run in fp32
+      // and the embedding lookup reads its fp32 table) to bf16 once per forward
+      // (aten/src/ATen/autocast_mode.cpp: the lower-precision op list and its cast cache).
+      // Autograd keeps the copies for the GEMMs' backward; under activation checkpointing
+      // the forward's copies die when autocast exits and the recompute casts again.
+      if (cast_bytes(module) > 0) {
+        b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
+        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
+      }
+      b.Allocate("activations." + module.name, SavedBytes(ctx, module), compute);
+      EmitForwardKernels(ctx, b, compute, module);
+    }
+    for (const ModuleKernels& module : ctx.modules) {  // autocast exits: only saved copies live on
+      if (Checkpointed(ctx, module) && cast_bytes(module) > 0) b.Free("weight_cast." + module.name);
+    }
+    b.SetPhase(Phase::kBackward);
+    size_t next_bucket = 0;
+    for (size_t step = 0; step < ctx.modules.size(); ++step) {
+      const size_t m = ctx.modules.size() - 1 - step;
+      const ModuleKernels& module = ctx.modules[m];
+      b.SetModule(module.name);
+      const int64_t grad_bytes = module.param_numel() * kFp32Bytes;
+      // AccumulateGrad: the first micro-batch's gradients become .grad; later ones are
+      // added into it.
+      const std::string grad = mb == 0 ? "grad." + module.name : "grad_tmp." + module.name;
+      b.Allocate(grad, grad_bytes, compute);
+      const bool recompute = Checkpointed(ctx, module);
+      if (recompute && cast_bytes(module) > 0) {  // the recompute runs under autocast again
+        b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
+        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
+      }
+      // The GEMMs produce bf16 weight gradients; the cast's backward turns them into fp32.
+      if (cast_bytes(module) > 0) b.Allocate("grad_lowp." + module.name, cast_bytes(module), compute);
+      EmitBackwardKernels(ctx, b, compute, module, recompute);
+      if (cast_bytes(module) > 0) {
+        b.MemoryKernel(compute, "autocast::to_copy_backward", cast_bytes(module), cast_numel(module) * kFp32Bytes);
+        b.Free("grad_lowp." + module.name);
+        b.Free("weight_cast." + module.name);
+      }
+      if (mb > 0) {
+        b.MemoryKernel(compute, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
+        b.Free(grad);
+      }
+      b.Free("activations." + module.name);
+      // Reducer::autograd_hook -> mark_variable_ready: copy the gradient into its bucket
+      // (gradient_as_bucket_view=False), launch every bucket now complete, in order.
+      b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);
+      b.MemoryKernel(compute, "DDP::copy_grad_to_bucket", grad_bytes, grad_bytes);
+      while (next_bucket < buckets.size() && buckets[next_bucket].last_module == m) {
+        const std::string ready = fmt::format("bucket_ready.{}", next_bucket);
+        b.Record(b.Event(ready), compute);
+        b.Wait(nccl, b.Event(ready));
+        b.Collective(nccl, "DDP::all_reduce", CollectiveType::kAllReduce, dp, buckets[next_bucket].bytes,
+                     DType::kFloat32);
+        b.Record(b.Event(fmt::format("bucket_done.{}", next_bucket)), nccl);
+        ++next_bucket;
+      }
+    }
+    // Reducer::finalize_backward: for each bucket in order, wait for its all-reduce
+    // (future_work->wait() makes the current stream wait), then copy the averaged bucket
+    // back into .grad — so early buckets' copies overlap later all-reduces.
+    b.SetModule("");
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      b.Wait(compute, b.Event(fmt::format("bucket_done.{}", i)));
+      b.MemoryKernel(compute, "DDP::copy_bucket_to_grad", buckets[i].bytes, buckets[i].bytes);
+    }
+  }
+
+  b.SetPhase(Phase::kOptimizer);
+  b.SetMicroBatch(-1);
+  for (const ModuleKernels& module : ctx.modules) {
+    b.SetModule(module.name);
+    b.HostWork("python op", plan.host.python_op_overhead_ns);
+    EmitAdamW(b, compute, module.param_numel());
+  }
+  for (const ModuleKernels& module : ctx.modules) b.Free("grad." + module.name);
+  return b.Finish();
+}
+
+}  // namespace
+
+StatusOr<LoweredPrograms> LowerDdp(const LoweringContext& ctx) {
+  LoweredPrograms out;
+  out.programs.push_back(LowerDdpProgram(ctx));
+  return out;
+}
+
+}  // namespace shardscope::sim

@@ -1,0 +1,117 @@
+// What the strategy lowerings share: the context, the communicator slot names LowerPlan
+// binds, and the emitters for work every strategy issues the same way (a module's forward and
+// backward kernels with activation checkpointing and MoE all-to-alls, AdamW, gradient
+// clipping, the checkpoint's optimizer-state consolidation). Private to sim/.
+//
+// One strategy per file (lowering_<strategy>.cc); each cites, beside the code, the framework
+// file and function whose behaviour it encodes.
+#ifndef SHARDSCOPE_SIM_LOWERING_INTERNAL_H_
+#define SHARDSCOPE_SIM_LOWERING_INTERNAL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "program_builder.h"
+#include "shardscope/sim/model.h"
+#include "shardscope/sim/plan.h"
+#include "shardscope/traces/schedule.h"
+#include "shardscope/traces/status.h"
+
+namespace shardscope::sim {
+
+inline constexpr int64_t kFp32Bytes = 4;
+
+struct LoweringContext {
+  const Plan& plan;
+  std::vector<ModuleKernels> modules;  // forward order: embed, layers.0 .. layers.{L-1}, head
+  int32_t world_size = 1;
+  traces::DType compute_dtype = traces::DType::kBFloat16;  // activations and GEMM inputs
+};
+
+// Communicator slots. A program names the groups it uses; LowerPlan binds each rank's slot
+// to that rank's group (schedule.h RankBinding):
+inline constexpr char kCommWorld[] = "dp";             // every rank
+inline constexpr char kCommShard[] = "dp_shard";       // the rank's shard group of the mesh
+                                                       // (consecutive ranks)
+inline constexpr char kCommReplicate[] = "dp_replicate";  // ranks with the same shard index
+inline constexpr char kCommExpert[] = "ep";            // expert-parallel group (consecutive)
+inline constexpr char kCommExpertData[] = "ep_dp";     // ranks holding the same experts
+
+// The programs a strategy produces; rank r runs programs[program_of_rank[r]] (all run
+// program 0 when program_of_rank is empty).
+struct LoweredPrograms {
+  std::vector<traces::Program> programs;
+  std::vector<int32_t> program_of_rank;
+};
+
+// The mesh a strategy uses: (replicate, shard) with shard * replicate == world size.
+// LowerPlan builds the dp_shard / dp_replicate groups from it.
+DataParallelMesh MeshOf(const Plan& plan);
+
+StatusOr<LoweredPrograms> LowerFsdp2(const LoweringContext& ctx);
+StatusOr<LoweredPrograms> LowerFsdp1(const LoweringContext& ctx);
+StatusOr<LoweredPrograms> LowerZero(const LoweringContext& ctx);  // zero1, zero2, zero3
+StatusOr<LoweredPrograms> LowerDdp(const LoweringContext& ctx);
+
+// ---- Modules -----------------------------------------------------------------------------
+
+bool IsBlock(const ModuleKernels& module);       // "layers.<i>"
+int32_t BlockIndex(const ModuleKernels& module);  // i for "layers.<i>", -1 otherwise
+
+// Expert parameters ("feed_forward.experts.*"): split over the expert-parallel group and
+// data-parallel over kCommExpertData, outside the dense shard.
+bool IsExpertParam(const ParamTensor& param);
+int64_t DenseNumel(const ModuleKernels& module);
+// The expert parameters this rank holds: all experts' / moe.expert_parallel.
+int64_t LocalExpertNumel(const LoweringContext& ctx, const ModuleKernels& module);
+
+// Whether the module's forward runs under torch.utils.checkpoint (full: every block;
+// selective: every selective_ac_every-th block, torchtitan's layer SAC).
+bool Checkpointed(const LoweringContext& ctx, const ModuleKernels& module);
+// Bytes a module keeps alive from its forward to its backward (a checkpointed block keeps
+// only its input).
+int64_t SavedBytes(const LoweringContext& ctx, const ModuleKernels& module);
+
+// Forward kernels of one module on `stream`, each preceded by the Python + dispatcher time
+// eager mode spends issuing it; with expert parallelism, the token dispatch and combine
+// all-to-alls on the kCommExpert slot around the expert GEMMs.
+void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                        const ModuleKernels& module);
+// Backward kernels (from the C++ autograd engine: no Python time per kernel). With
+// `recompute` the forward runs again first, re-creating the saved activations
+// ("recomputed.<module>") for the duration of the backward; MoE all-to-alls as in forward.
+void EmitBackwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                         const ModuleKernels& module, bool recompute);
+
+// ---- Optimizer step ------------------------------------------------------------------------
+
+// AdamW over `numel` fp32 parameters: one multi-tensor kernel.
+void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel);
+
+// clip_grad_norm_(max_norm) over the rank's `grad_numel` fp32 gradients: a norm kernel, the
+// all-reduce of the squared norm over `comm` when gradients are sharded (`sharded`), and the
+// scaling kernel. Nothing when training.max_grad_norm is 0.
+void EmitClipGradNorm(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                      int64_t grad_numel, bool sharded, traces::CommSlot comm);
+
+// checkpoint.consolidate_optimizer_state, as fairscale's FSDP.gather_full_optim_state_dict
+// (fairscale/nn/data_parallel/fully_sharded_data_parallel.py, _gather_optim_state): after the
+// step, for every FSDP instance, each AdamW state tensor (fp32 exp_avg, exp_avg_sq) is
+// all-gathered into a full-size buffer that every rank allocates, and rank 0 copies the
+// gathered chunks to the CPU (synchronous .cpu()). Expert instances marked
+// no_broadcast_optim_state are left out; rank 0 copies only its own expert state.
+struct ConsolidationUnit {
+  std::string name;
+  int64_t shard_numel = 0;   // this rank's parameters of the instance
+  traces::CommSlot comm = 0; // the group the instance is sharded or replicated over
+  int32_t group_size = 1;
+  bool expert = false;       // subject to checkpoint.no_broadcast_optim_state
+};
+void EmitOptimizerStateConsolidation(const LoweringContext& ctx, ProgramBuilder& b,
+                                     traces::StreamIndex stream,
+                                     const std::vector<ConsolidationUnit>& units, bool is_rank0);
+
+}  // namespace shardscope::sim
+
+#endif  // SHARDSCOPE_SIM_LOWERING_INTERNAL_H_
