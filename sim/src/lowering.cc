@@ -100,6 +100,10 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
   kinds.emplace(kCommReplicate, Strided(kCommReplicate, world, mesh.shard));
   kinds.emplace(kCommExpert, Consecutive(kCommExpert, world, ep));
   kinds.emplace(kCommExpertData, Strided(kCommExpertData, world, ep));
+  if (plan.strategy == Strategy::kFsdp2 && plan.fsdp2.reshard_after_forward == ReshardAfterForward::kInt &&
+      plan.fsdp2.reshard_after_forward_size > 0 && mesh.shard % plan.fsdp2.reshard_after_forward_size == 0) {
+    kinds.emplace(kCommPostForward, Consecutive(kCommPostForward, world, plan.fsdp2.reshard_after_forward_size));
+  }
   std::map<std::string, int32_t> first_group;  // kind -> index of its first communicator
   for (const traces::Program& program : schedule.programs) {
     for (const std::string& slot : program.comm_slots) {

@@ -37,6 +37,9 @@ inline constexpr char kCommShard[] = "dp_shard";       // the rank's shard group
 inline constexpr char kCommReplicate[] = "dp_replicate";  // ranks with the same shard index
 inline constexpr char kCommExpert[] = "ep";            // expert-parallel group (consecutive)
 inline constexpr char kCommExpertData[] = "ep_dp";     // ranks holding the same experts
+// FSDP2 reshard_after_forward=k: the consecutive groups of k ranks inside a shard group that
+// hold the post-forward slice (the backward all-gather runs over this group).
+inline constexpr char kCommPostForward[] = "dp_post_forward";
 
 // The programs a strategy produces; rank r runs programs[program_of_rank[r]] (all run
 // program 0 when program_of_rank is empty).
