@@ -22,6 +22,7 @@
 #include "inputs.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/listing.h"
 #include "shardscope/traces/schedule_json.h"
 
 namespace {
@@ -140,9 +141,43 @@ Status RunSimulate(const SimulateOptions& options) {
   return Status::Ok();
 }
 
-Status RunSchedule(const std::string& input, const std::string& output) {
+// `simulate --compare A B`: both simulated without traces, the summaries side by side.
+Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
+  struct Run {
+    cli::LoadedInput loaded;
+    sim::SimulationResult result;
+  };
+  std::vector<Run> runs;
+  for (const std::string& input : inputs) {
+    if (!quiet) std::cerr << "shardscope: simulating " << input << "\n";
+    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
+    sim::ClusterCostProvider costs(loaded.schedule, loaded.setup.cluster);
+    const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule.world_size());
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(loaded.schedule, costs, config, nullptr));
+    runs.push_back(Run{std::move(loaded), std::move(result)});
+  }
+  const auto compared = [&](size_t i) {
+    return sim::ComparedRun{inputs[i], &runs[i].loaded.schedule, &runs[i].loaded.setup, &runs[i].result};
+  };
+  std::cout << sim::CompareText(compared(0), compared(1));
+  return Status::Ok();
+}
+
+Status RunSchedule(const std::string& input, const std::string& output, bool listing, int32_t rank) {
   SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteScheduleFile(loaded.schedule, output));
+  if (listing) {
+    if (rank < 0 || rank >= loaded.schedule.world_size()) {
+      return Status::InvalidInput(fmt::format("{}: --rank {} is outside the world of {} ranks", input, rank,
+                                              loaded.schedule.world_size()));
+    }
+    const std::string text = traces::ScheduleListing(loaded.schedule, rank);
+    if (output.empty() || output == "-") {
+      std::cout << text;
+      return Status::Ok();
+    }
+    return WriteFileAtomically(output, text);
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteScheduleFile(loaded.schedule, output.empty() ? "schedule.json" : output));
   std::cout << fmt::format("wrote {}: {} ranks, {} program(s), {} ops in the first program\n", output,
                            loaded.schedule.world_size(), loaded.schedule.programs.size(),
                            loaded.schedule.programs.empty() ? 0 : loaded.schedule.programs[0].ops.size());
@@ -219,7 +254,17 @@ int main(int argc, char** argv) {
   SimulateOptions simulate;
   CLI::App* simulate_cmd = app.add_subcommand(
       "simulate", "Simulate a plan (YAML) or a schedule (JSON): writes DIR/trace.json and DIR/report.json");
-  simulate_cmd->add_option("input", simulate.input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
+  std::vector<std::string> compare_inputs;
+  CLI::Option* input_option =
+      simulate_cmd->add_option("input", simulate.input, "Plan YAML or schedule JSON")->check(CLI::ExistingFile);
+  CLI::Option* compare_option =
+      simulate_cmd
+          ->add_option("--compare", compare_inputs,
+                       "Simulate two plans (A.yaml B.yaml) and print their summaries side by side with the "
+                       "differences; writes nothing")
+          ->expected(2)
+          ->check(CLI::ExistingFile);
+  input_option->excludes(compare_option);
   simulate_cmd->add_option("-o,--output", simulate.out_dir, "Output directory")->capture_default_str();
   simulate_cmd->add_option("--trace-ranks", simulate.trace_ranks,
                            "Ranks in the trace: 'default' (first node + every rank whose timeline differs), "
@@ -227,12 +272,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages on stderr");
 
-  std::string schedule_input, schedule_output = "schedule.json";
+  std::string schedule_input, schedule_output;
+  bool schedule_listing = false;
+  int32_t schedule_rank = 0;
   CLI::App* schedule_cmd = app.add_subcommand("schedule", "Lower a plan into its schedule JSON (the per-rank programs)");
   schedule_cmd->add_option("plan", schedule_input, "Plan YAML (or a schedule JSON to normalize)")
       ->required()
       ->check(CLI::ExistingFile);
-  schedule_cmd->add_option("-o,--output", schedule_output, "Schedule JSON to write")->capture_default_str();
+  schedule_cmd->add_option("-o,--output", schedule_output,
+                           "File to write (default: schedule.json; the listing goes to stdout)");
+  schedule_cmd->add_flag("--listing", schedule_listing,
+                         "Write a human-readable listing of one rank's program (ops, streams, waits, "
+                         "allocations) instead of the JSON");
+  schedule_cmd->add_option("--rank", schedule_rank, "Rank whose program --listing shows")->capture_default_str();
 
   AllocTraceOptions alloc;
   CLI::App* alloc_replay_cmd = app.add_subcommand(
@@ -257,8 +309,16 @@ int main(int argc, char** argv) {
   }
 
   Status status;
-  if (*simulate_cmd) status = RunSimulate(simulate);
-  if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output);
+  if (*simulate_cmd) {
+    if (!compare_inputs.empty()) {
+      status = RunCompare(compare_inputs, simulate.quiet);
+    } else if (simulate.input.empty()) {
+      status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
+    } else {
+      status = RunSimulate(simulate);
+    }
+  }
+  if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output, schedule_listing, schedule_rank);
   if (*alloc_replay_cmd) status = RunAllocReplay(alloc);
   if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
   if (std::optional<Status> ran = memory_runner()) status = *ran;

@@ -348,6 +348,24 @@ TEST(EngineMemoryTest, SegmentAllocationCostsHostTimeOnlyWhenCold) {
   }
 }
 
+TEST(EngineMemoryTest, RecordStreamKeepsTheBlockUntilTheOtherStreamCatchesUp) {
+  // A (12 MiB, a segment of its own: > 10 MiB rounds to 2 MiB) is allocated on s0 and used
+  // on s1, where K runs 10..5010. Freed at host time ~1010, its block is reusable at once —
+  // unless A.record_stream(s1) was called: then the allocator holds it until s1's work queued
+  // before the free completes (5010), so B (12 MiB on s0, issued right after) needs a second
+  // segment. Reserved peak 24 MiB with record_stream, 12 MiB without.
+  for (bool record : {false, true}) {
+    Builder b(1);
+    b.Kernel(0, 1, 5000).Add(0, AllocateOp{0, 12 * kMiB, 0});
+    if (record) b.Add(0, RecordStreamOp{0, 1});
+    b.Add(0, FreeOp{0}).Add(0, AllocateOp{1, 12 * kMiB, 0}).Kernel(0, 0, 100).Add(0, FreeOp{1});
+    SimulationResult result = b.Run(WithMemory(1024 * kMiB, false));
+    EXPECT_EQ(result.ranks[0].memory.stats.reserved_bytes_peak, (record ? 24 : 12) * kMiB) << "record=" << record;
+    EXPECT_EQ(result.ranks[0].memory.stats.allocated_bytes_peak, 12 * kMiB);
+    EXPECT_FALSE(result.hung);
+  }
+}
+
 TEST(EngineMemoryTest, RetryBlocksTheHostUntilTheDeviceDrains) {
   // Capacity 40 MiB, cold. K (5000 ns) launched 0..10 runs 10..5010. A: 30 MiB on s0 at 10
   // -> cudaMalloc, host 10..1010; freed (cached in s0's pool). B: 30 MiB on s1 at 1010 cannot

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -729,6 +730,97 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
       for (const std::string& s : b.streams) out += fmt::format("      {}\n", s);
     }
   }
+  return out;
+}
+
+std::array<int64_t, 8> CollectiveBytesPerStep(const Schedule& schedule, int32_t rank) {
+  std::array<int64_t, 8> bytes{};
+  for (const traces::Op& op : schedule.ProgramOf(rank).ops) {
+    if (const auto* coll = std::get_if<traces::CollectiveOp>(&op.payload)) {
+      bytes[static_cast<size_t>(coll->type)] += coll->bytes;
+    }
+  }
+  return bytes;
+}
+
+namespace {
+
+struct CompareRow {
+  std::string name;
+  std::string unit;
+  std::optional<double> a, b;  // absent: not meaningful (a step that did not complete)
+  int precision = 2;
+};
+
+struct RunFigures {
+  Figures f;
+  bool completed = false;
+  int64_t peak_reserved = 0, peak_allocated = 0, retries = 0, ooms = 0;
+  std::array<int64_t, 8> collective_bytes{};
+};
+
+RunFigures FiguresOf(const ComparedRun& run) {
+  RunFigures out;
+  out.f = ComputeFigures(*run.schedule, *run.setup, *run.result);
+  out.completed = !run.result->hung;
+  for (const RankStats& r : run.result->ranks) {
+    out.peak_reserved = std::max(out.peak_reserved, r.memory.stats.reserved_bytes_peak);
+    out.peak_allocated = std::max(out.peak_allocated, r.memory.stats.allocated_bytes_peak);
+    out.retries += r.memory.stats.num_alloc_retries;
+    out.ooms += r.memory.oom ? 1 : 0;
+  }
+  out.collective_bytes = CollectiveBytesPerStep(*run.schedule, 0);
+  return out;
+}
+
+}  // namespace
+
+std::string CompareText(const ComparedRun& a, const ComparedRun& b) {
+  const RunFigures fa = FiguresOf(a), fb = FiguresOf(b);
+  constexpr double kGiB = 1 << 30;
+  const auto when = [](bool ok, double v) { return ok ? std::optional<double>(v) : std::nullopt; };
+  std::vector<CompareRow> rows = {
+      {"step time", "ms", when(fa.completed, fa.f.step_s * 1e3), when(fb.completed, fb.f.step_s * 1e3), 3},
+      {"tokens/s per GPU", "", when(fa.completed, fa.f.tokens_per_second_per_gpu),
+       when(fb.completed, fb.f.tokens_per_second_per_gpu), 1},
+      {"model TFLOP/s per GPU", "", when(fa.completed, fa.f.tflops_per_gpu), when(fb.completed, fb.f.tflops_per_gpu), 1},
+      {"MFU", "%", when(fa.completed, 100 * fa.f.mfu), when(fb.completed, 100 * fb.f.mfu), 1},
+      {"compute busy", "ms", fa.f.mean_compute_ns * 1e-6, fb.f.mean_compute_ns * 1e-6, 3},
+      {"communication", "ms", fa.f.mean_comm_ns * 1e-6, fb.f.mean_comm_ns * 1e-6, 3},
+      {"exposed communication", "ms", (fa.f.mean_comm_ns - fa.f.mean_overlap_ns) * 1e-6,
+       (fb.f.mean_comm_ns - fb.f.mean_overlap_ns) * 1e-6, 3},
+  };
+  for (size_t t = 0; t < fa.collective_bytes.size(); ++t) {
+    if (fa.collective_bytes[t] == 0 && fb.collective_bytes[t] == 0) continue;
+    rows.push_back({fmt::format("{} per step, rank 0", CollectiveTypeName(static_cast<traces::CollectiveType>(t))),
+                    "GiB", static_cast<double>(fa.collective_bytes[t]) / kGiB,
+                    static_cast<double>(fb.collective_bytes[t]) / kGiB, 3});
+  }
+  rows.push_back({"peak reserved (max rank)", "GiB", static_cast<double>(fa.peak_reserved) / kGiB,
+                  static_cast<double>(fb.peak_reserved) / kGiB, 2});
+  rows.push_back({"peak allocated (max rank)", "GiB", static_cast<double>(fa.peak_allocated) / kGiB,
+                  static_cast<double>(fb.peak_allocated) / kGiB, 2});
+  rows.push_back({"alloc retries", "", static_cast<double>(fa.retries), static_cast<double>(fb.retries), 0});
+  rows.push_back({"ranks out of memory", "", static_cast<double>(fa.ooms), static_cast<double>(fb.ooms), 0});
+
+  std::string out;
+  out += fmt::format("A: {}\nB: {}\n\n", a.label, b.label);
+  out += fmt::format("  {:<38} {:>14} {:>14} {:>14} {:>9}\n", "", "A", "B", "B - A", "B / A");
+  const auto cell = [](const std::optional<double>& v, int precision) {
+    return v ? fmt::format("{:.{}f}", *v, precision) : std::string("-");
+  };
+  for (const CompareRow& row : rows) {
+    std::string delta = "-", ratio = "-";
+    if (row.a && row.b) {
+      delta = fmt::format("{:+.{}f}", *row.b - *row.a, row.precision);
+      if (*row.a != 0) ratio = fmt::format("{:.3f}", *row.b / *row.a);
+    }
+    const std::string name = row.unit.empty() ? row.name : fmt::format("{} ({})", row.name, row.unit);
+    out += fmt::format("  {:<38} {:>14} {:>14} {:>14} {:>9}\n", name, cell(row.a, row.precision),
+                       cell(row.b, row.precision), delta, ratio);
+  }
+  if (!fa.completed) out += "  A does not complete the step (out of memory or a hang)\n";
+  if (!fb.completed) out += "  B does not complete the step (out of memory or a hang)\n";
   return out;
 }
 

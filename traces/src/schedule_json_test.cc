@@ -101,6 +101,7 @@ Schedule MakeEverything() {
                        .peer = 1});
   add(21, FreeOp{.tensor = 0});
   add(42, AllocateOp{.tensor = 1, .bytes = 0, .stream = 2});
+  add(43, RecordStreamOp{.tensor = 1, .stream = 1});
   add(-7, FreeOp{.tensor = 1});
   schedule.programs.push_back(std::move(first));
 

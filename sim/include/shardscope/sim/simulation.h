@@ -5,6 +5,7 @@
 #define SHARDSCOPE_SIM_SIMULATION_H_
 
 #include <memory>
+#include <array>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -88,6 +89,21 @@ std::string MemorySnapshotJson(const RankMemory& memory, int32_t rank);
 // The summary `shardscope simulate` prints.
 std::string SummaryText(const traces::Schedule& schedule, const SimulationSetup& setup,
                         const SimulationResult& result);
+
+// Bytes one rank moves per step in collectives of each type, in nccl-tests' size convention
+// (CollectiveOp::bytes: the gathered output of an all-gather, the input of a
+// reduce-scatter, the buffer of an all-reduce), indexed by CollectiveType.
+std::array<int64_t, 8> CollectiveBytesPerStep(const traces::Schedule& schedule, int32_t rank);
+
+// One simulated plan, for `shardscope simulate --compare`.
+struct ComparedRun {
+  std::string label;                 // the input path
+  const traces::Schedule* schedule = nullptr;
+  const SimulationSetup* setup = nullptr;
+  const SimulationResult* result = nullptr;
+};
+// The two summaries side by side, one row per figure, with B - A and B / A.
+std::string CompareText(const ComparedRun& a, const ComparedRun& b);
 
 }  // namespace shardscope::sim
 
