@@ -246,7 +246,7 @@ Status RunAllocTrace(const AllocTraceOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardscope: simulate sharded data-parallel training (FSDP2, DDP) before you run it.\n"
+  CLI::App app{"shardscope: simulate sharded data-parallel training (FSDP1/FSDP2, HSDP, ZeRO-1/2/3, DDP) before you run it.\n"
                "Predicts step time, compute/communication overlap and hangs from a plan file."};
   app.set_version_flag("--version", std::string(shardscope::sim::Version()));
   app.require_subcommand(1);
