@@ -1,11 +1,642 @@
-// Lowering of fsdp1 (in progress on a branch; LowerPlan reports it as not lowered meanwhile).
+// Lowering of FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel) and of fairscale's
+// FullyShardedDataParallel, which FSDP1 descends from.
+//
+// torch: torch/distributed/fsdp/_runtime_utils.py (hooks, streams, unshard / reshard, gradient
+// reduction), _flat_param.py (FlatParamHandle: the flat parameter, its padding, mixed
+// precision), _limiter_utils.py (the all-gather rate limiter), _init_utils.py (sharding
+// strategies, HSDP process groups).
+// fairscale: fairscale/nn/data_parallel/fully_sharded_data_parallel.py and
+// fairscale/nn/misc/flatten_params_wrapper.py.
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
 #include "lowering_internal.h"
 
 namespace shardscope::sim {
+namespace {
+
+using traces::CollectiveType;
+using traces::DType;
+using traces::DTypeSize;
+using traces::Phase;
+
+// One FSDP instance: one FlatParameter (FlatParamHandle.flatten_tensors concatenates the
+// instance's parameters; _get_shard pads the flat tensor to a multiple of the group size and
+// gives each rank one chunk).
+struct FlatParam {
+  std::string name;          // "root", "layers.<i>", "layers.<i>.experts"
+  int64_t numel = 0;         // unpadded parameters of the instance (experts: this rank's)
+  int32_t group_size = 1;    // ranks the FlatParameter is sharded over (1: NO_SHARD)
+  int64_t shard_numel = 0;   // per rank: ceil(numel / group_size)
+  traces::CommSlot shard_comm = 0;
+  bool expert = false;
+  bool unsharded = false;    // the padded unsharded flat parameter is allocated
+  bool prefetched = false;   // handle._prefetched: an unshard was issued ahead of its use
+  bool grad_live = false;    // the unsharded gradient (param_dtype) exists
+  bool fp32_live = false;    // fairscale: fp32 accumulated gradient storage exists
+  bool grad_shard_live = false;  // the sharded fp32 gradient (_saved_grad_shard) exists
+  int64_t padded_numel() const { return shard_numel * group_size; }
+};
+
+// What one hook acts on: the FlatParameter of a block (or of the root: embed + head) and,
+// with expert parallelism, the nested expert instance of that block (fairscale MoE style:
+// the experts are wrapped in their own FSDP over the expert-data-parallel group). The nested
+// instance is unsharded and resharded together with its block (estimate: its own hooks run
+// when the experts are called, a few kernels later).
+struct Fsdp1Unit {
+  std::string name;
+  std::vector<size_t> modules;    // indices into ctx.modules
+  std::vector<FlatParam> params;  // [dense] or [dense, experts]
+  bool is_root = false;
+};
+
+class Fsdp1Lowering {
+ public:
+  Fsdp1Lowering(const LoweringContext& ctx, bool is_rank0)
+      : ctx_(ctx), cfg_(ctx.plan.fsdp1), b_(is_rank0 ? "fsdp1.rank0" : "fsdp1"), is_rank0_(is_rank0) {}
+
+  StatusOr<traces::Program> Lower();
+
+ private:
+  bool Torch() const { return cfg_.implementation == Fsdp1Implementation::kTorch; }
+  bool Sharded() const { return cfg_.sharding_strategy != Fsdp1ShardingStrategy::kNoShard; }
+  bool Hybrid() const {
+    return cfg_.sharding_strategy == Fsdp1ShardingStrategy::kHybridShard ||
+           cfg_.sharding_strategy == Fsdp1ShardingStrategy::kHybridShardZero2;
+  }
+  // RESHARD_AFTER_FORWARD_HANDLE_STRATEGIES (_flat_param.py): FULL_SHARD and HYBRID_SHARD.
+  bool ReshardAfterForwardStrategy() const {
+    return cfg_.sharding_strategy == Fsdp1ShardingStrategy::kFullShard ||
+           cfg_.sharding_strategy == Fsdp1ShardingStrategy::kHybridShard;
+  }
+  bool MixedPrecision() const { return param_dtype_ != DType::kFloat32; }
+  // fairscale with mixed_precision and fp32_reduce_scatter accumulates fp32 gradients
+  // across micro-batches (the optimize_backward_concat paths).
+  bool FairscaleFp32Accumulation() const {
+    return !Torch() && MixedPrecision() && cfg_.reduce_dtype == DType::kFloat32;
+  }
+
+  Status BuildUnits();
+  void WaitStream(traces::StreamIndex waiter, traces::StreamIndex producer);
+  void Unshard(FlatParam& p);
+  void UnshardUnit(size_t unit);
+  void PrefetchUnit(int64_t unit);
+  void WaitForUnshard();
+  void Reshard(FlatParam& p, bool free);
+  void Forward();
+  void Backward(bool sync);
+  void PostBackward(size_t unit, bool sync);
+  void ReduceGradient(FlatParam& p);
+  void Optimizer();
+
+  const LoweringContext& ctx_;
+  const Fsdp1Config& cfg_;
+  ProgramBuilder b_;
+  bool is_rank0_ = false;
+  DType param_dtype_ = DType::kBFloat16;
+  DType reduce_dtype_ = DType::kFloat32;
+  traces::StreamIndex compute_ = 0, unshard_ = 0, pre_unshard_ = 0, post_backward_ = 0, all_reduce_ = 0;
+  traces::CommSlot world_ = 0, replicate_ = 0;
+  int32_t replicate_size_ = 1;
+  std::vector<Fsdp1Unit> units_;        // forward (pre-forward) order: root, layers.0 ..
+  std::vector<size_t> unit_of_module_;
+  std::vector<bool> hook_ran_;          // per unit: its pre-forward / pre-backward ran this pass
+  std::deque<traces::EventIndex> free_events_;  // _FreeEventQueue
+  int64_t free_event_count_ = 0;
+};
+
+// Units as the usual transformer auto-wrap builds them (transformer_auto_wrap_policy in
+// torch/distributed/fsdp/wrap.py; fairscale.nn.wrap.auto_wrap): one FSDP instance per block,
+// the root instance holding what no block holds (token embedding, final norm and output).
+Status Fsdp1Lowering::BuildUnits() {
+  const Plan& plan = ctx_.plan;
+  const DataParallelMesh mesh = MeshOf(plan);
+  const int32_t ep = std::max<int32_t>(1, plan.moe.expert_parallel);
+  // _init_utils.py _init_process_group_state: HYBRID_SHARD / _HYBRID_SHARD_ZERO2 shard over
+  // the intra-node group and all-reduce over the inter-node group (here the mesh's shard and
+  // replicate groups); the other strategies shard over the whole process group.
+  int32_t dense_group = ctx_.world_size;
+  traces::CommSlot dense_comm = world_;
+  if (Hybrid()) {
+    dense_group = mesh.shard;
+    dense_comm = b_.Comm(kCommShard);
+    replicate_size_ = mesh.replicate;
+    if (replicate_size_ > 1) replicate_ = b_.Comm(kCommReplicate);
+  }
+  if (!Sharded()) dense_group = 1;
+  const auto make_param = [&](std::string name, int64_t numel, int32_t group, traces::CommSlot comm, bool expert) {
+    FlatParam p;
+    p.name = std::move(name);
+    p.numel = numel;
+    p.group_size = group;
+    p.shard_numel = (numel + group - 1) / group;
+    p.shard_comm = comm;
+    p.expert = expert;
+    return p;
+  };
+
+  Fsdp1Unit root{"root", {}, {}, true};
+  int64_t root_numel = 0;
+  unit_of_module_.assign(ctx_.modules.size(), 0);
+  units_.push_back(Fsdp1Unit{});  // the root, filled below
+  for (size_t m = 0; m < ctx_.modules.size(); ++m) {
+    const ModuleKernels& module = ctx_.modules[m];
+    if (!IsBlock(module)) {
+      root.modules.push_back(m);
+      root_numel += module.param_numel();
+      unit_of_module_[m] = 0;
+      continue;
+    }
+    Fsdp1Unit unit{module.name, {m}, {}, false};
+    const bool expert_parallel = ep > 1 && plan.model.experts > 1 && LocalExpertNumel(ctx_, module) > 0;
+    if (expert_parallel) {
+      // Expert parameters: data-parallel over the ranks holding the same experts
+      // (world / ep ranks, kCommExpertData), outside the dense shard.
+      unit.params.push_back(make_param(module.name, DenseNumel(module), dense_group, dense_comm, false));
+      const int32_t expert_group = Sharded() ? ctx_.world_size / ep : 1;
+      unit.params.push_back(make_param(module.name + ".experts", LocalExpertNumel(ctx_, module), expert_group,
+                                       b_.Comm(kCommExpertData), true));
+    } else {
+      unit.params.push_back(make_param(module.name, module.param_numel(), dense_group, dense_comm, false));
+    }
+    unit_of_module_[m] = units_.size();
+    units_.push_back(std::move(unit));
+  }
+  root.params.push_back(make_param("root", root_numel, dense_group, dense_comm, false));
+  units_[0] = std::move(root);
+  return Status::Ok();
+}
+
+// stream.wait_stream(other): an event recorded at the other stream's tail, waited on.
+void Fsdp1Lowering::WaitStream(traces::StreamIndex waiter, traces::StreamIndex producer) {
+  const traces::EventIndex event = b_.Event(fmt::format("wait_stream.{}.{}", waiter, producer));
+  b_.Record(event, producer);
+  b_.Wait(waiter, event);
+}
+
+// _runtime_utils._unshard: with limit_all_gathers, first dequeue the oldest free event once
+// two are queued and block the host on it (event.synchronize()): at most two unsharded flat
+// parameters are in flight ("empirically chosen", _limiter_utils._FreeEventQueue). Then on
+// the pre-unshard stream the low-precision shard is made (FlatParamHandle.pre_unshard ->
+// _use_low_precision_shard: the fp32 shard cast into _mp_shard), the unshard stream waits for
+// it, allocates the padded unsharded flat parameter in param_dtype and all-gathers into it
+// (FlatParamHandle.unshard -> _alloc_padded_unsharded_flat_param, _all_gather_flat_param);
+// post_unshard frees _mp_shard after record_stream on the unshard stream.
+// fairscale _rebuild_full_params does the same on its fp32_to_fp16 and all_gather streams,
+// without a limiter.
+void Fsdp1Lowering::Unshard(FlatParam& p) {
+  if (Torch() && cfg_.limit_all_gathers && Sharded() && free_events_.size() >= 2) {
+    b_.EventSync("FSDP::limit_all_gathers", free_events_.front());
+    free_events_.pop_front();
+  }
+  if (p.unsharded) {  // FlatParamHandle.needs_unshard() is false: nothing to gather
+    p.prefetched = true;
+    return;
+  }
+  const int64_t pbytes = DTypeSize(param_dtype_);
+  if (!Sharded()) {
+    // NO_SHARD: the low-precision copy of the full parameter is the "unsharded" one (the
+    // _mp_shard of an unsharded handle); no communication.
+    if (MixedPrecision()) {
+      b_.Allocate("unsharded." + p.name, p.numel * pbytes, pre_unshard_);
+      b_.MemoryKernel(pre_unshard_, "FSDP::cast_to_param_dtype", p.numel * kFp32Bytes, p.numel * pbytes);
+      WaitStream(unshard_, pre_unshard_);
+    }
+    p.unsharded = true;
+    p.prefetched = true;
+    return;
+  }
+  const int64_t shard_bytes = p.shard_numel * pbytes;
+  if (MixedPrecision()) {
+    b_.Allocate("mp_shard." + p.name, shard_bytes, pre_unshard_);
+    b_.MemoryKernel(pre_unshard_, "FSDP::cast_to_param_dtype", p.shard_numel * kFp32Bytes, shard_bytes);
+    WaitStream(unshard_, pre_unshard_);
+  }
+  b_.Allocate("unsharded." + p.name, p.padded_numel() * pbytes, unshard_);
+  b_.Collective(unshard_, "FSDP::all_gather", CollectiveType::kAllGather, p.shard_comm, p.padded_numel() * pbytes,
+                param_dtype_);
+  if (MixedPrecision()) {
+    b_.RecordStream("mp_shard." + p.name, unshard_);
+    b_.Free("mp_shard." + p.name);
+  }
+  p.unsharded = true;
+  p.prefetched = true;
+}
+
+void Fsdp1Lowering::UnshardUnit(size_t unit) {
+  for (FlatParam& p : units_[unit].params) {
+    if (!p.prefetched) Unshard(p);
+  }
+}
+
+// _prefetch_handle / _get_handle_to_prefetch: unshard the target handle if its pre-forward
+// (pre-backward) hook has not run yet in this pass and it is not prefetched already.
+void Fsdp1Lowering::PrefetchUnit(int64_t unit) {
+  if (unit < 0 || unit >= static_cast<int64_t>(units_.size())) return;
+  if (hook_ran_[static_cast<size_t>(unit)]) return;
+  for (FlatParam& p : units_[static_cast<size_t>(unit)].params) {
+    if (!p.prefetched) Unshard(p);
+  }
+}
+
+// _pre_forward_unshard / _pre_backward_hook: current_stream.wait_stream(unshard_stream).
+void Fsdp1Lowering::WaitForUnshard() { WaitStream(compute_, unshard_); }
+
+// _runtime_utils._reshard -> FlatParamHandle.reshard -> _free_unsharded_flat_param: record
+// the unsharded flat parameter on the current (compute) stream (_no_dispatch_record_stream:
+// its block is not reused until the compute work queued so far is done), free it, and with
+// limit_all_gathers record a free event on the current stream and enqueue it.
+// handle._prefetched is reset whether or not the parameter was freed.
+void Fsdp1Lowering::Reshard(FlatParam& p, bool free) {
+  p.prefetched = false;
+  if (!free || !p.unsharded) return;
+  b_.RecordStream("unsharded." + p.name, compute_);
+  b_.Free("unsharded." + p.name);
+  p.unsharded = false;
+  if (Torch() && cfg_.limit_all_gathers && Sharded()) {
+    const traces::EventIndex event = b_.Event(fmt::format("free_event.{}", free_event_count_++));
+    b_.Record(event, compute_);
+    free_events_.push_back(event);
+  }
+}
+
+StatusOr<traces::Program> Fsdp1Lowering::Lower() {
+  const Plan& plan = ctx_.plan;
+  if (!Torch() && cfg_.sharding_strategy != Fsdp1ShardingStrategy::kFullShard &&
+      cfg_.sharding_strategy != Fsdp1ShardingStrategy::kShardGradOp) {
+    return Status::InvalidInput(
+        "fsdp1: fairscale's FSDP has only reshard_after_forward true / false (sharding_strategy FULL_SHARD or "
+        "SHARD_GRAD_OP)");
+  }
+  const DataParallelMesh mesh = MeshOf(plan);
+  if (Hybrid() && mesh.replicate * mesh.shard != ctx_.world_size) {
+    return Status::InvalidInput("fsdp1: the hybrid mesh does not cover the ranks");
+  }
+  // MixedPrecision(param_dtype, reduce_dtype) as the plan resolved them.
+  param_dtype_ = cfg_.param_dtype;
+  reduce_dtype_ = cfg_.reduce_dtype;
+
+  compute_ = b_.Stream("compute", 0);
+  if (Torch()) {
+    // _init_streams (_runtime_utils.py): unshard, post_backward and pre_unshard streams at
+    // priority -1 only with limit_all_gathers under HSDP ("prioritize all-gathers /
+    // reduce-scatters over async all-reduce"), 0 otherwise; an all_reduce stream only for
+    // HSDP (otherwise the default stream).
+    const int32_t priority = cfg_.limit_all_gathers && Hybrid() ? -1 : 0;
+    unshard_ = b_.Stream("unshard", priority);
+    post_backward_ = b_.Stream("post_backward", priority);
+    pre_unshard_ = b_.Stream("pre_unshard", priority);
+    all_reduce_ = Hybrid() ? b_.Stream("all_reduce", 0) : compute_;
+  } else {
+    // fairscale FullyShardedDataParallel._setup_streams: fp32_to_fp16, all_gather and
+    // post_backward streams, default priority.
+    pre_unshard_ = b_.Stream("fp32_to_fp16", 0);
+    unshard_ = b_.Stream("all_gather", 0);
+    post_backward_ = b_.Stream("post_backward", 0);
+    all_reduce_ = compute_;
+  }
+  world_ = b_.Comm(kCommWorld);
+  SHARDSCOPE_RETURN_IF_ERROR(BuildUnits());
+
+  // Model states that live across steps: the fp32 sharded flat parameters and AdamW's two fp32
+  // moments of the local shard.
+  b_.SetPhase(Phase::kNone);
+  for (const Fsdp1Unit& unit : units_) {
+    for (const FlatParam& p : unit.params) {
+      b_.SetModule(p.name);
+      for (const char* state : {"param_shard.", "exp_avg.", "exp_avg_sq."}) {
+        b_.Allocate(state + p.name, p.shard_numel * kFp32Bytes, compute_);
+      }
+    }
+  }
+
+  const int32_t steps = std::max<int32_t>(1, plan.training.grad_accum_steps);
+  for (int32_t mb = 0; mb < steps; ++mb) {
+    b_.SetMicroBatch(mb);
+    // no_sync() (fully_sharded_data_parallel.py FullyShardedDataParallel.no_sync) around
+    // every micro-batch but the last: _sync_gradients is False there.
+    const bool sync = !cfg_.no_sync || mb + 1 == steps;
+    Forward();
+    Backward(sync);
+  }
+  Optimizer();
+
+  // checkpoint.consolidate_optimizer_state: one unit per FSDP instance (and expert instance).
+  // NO_SHARD keeps full optimizer state on every rank: nothing to gather (not modelled).
+  if (Sharded()) {
+    std::vector<ConsolidationUnit> consolidation;
+    for (const Fsdp1Unit& unit : units_) {
+      for (const FlatParam& p : unit.params) {
+        consolidation.push_back(ConsolidationUnit{p.name, p.shard_numel, p.shard_comm, p.group_size, p.expert});
+      }
+    }
+    EmitOptimizerStateConsolidation(ctx_, b_, compute_, consolidation, is_rank0_);
+  }
+  return b_.Finish();
+}
+
+void Fsdp1Lowering::Forward() {
+  const int64_t hook_ns = ctx_.plan.host.hook_overhead_ns;
+  b_.SetPhase(Phase::kForward);
+  // _root_pre_forward -> _wait_for_computation_stream: the unshard and pre-unshard streams
+  // wait for the computation stream (the previous step / micro-batch).
+  b_.SetModule(ctx_.modules.front().name);
+  b_.HostWork("FSDP::root_pre_forward", hook_ns);
+  WaitStream(unshard_, compute_);
+  WaitStream(pre_unshard_, compute_);
+  std::vector<bool>& pre_forward_done = hook_ran_;
+  pre_forward_done.assign(units_.size(), false);
+  for (size_t m = 0; m < ctx_.modules.size(); ++m) {
+    const ModuleKernels& module = ctx_.modules[m];
+    const size_t unit = unit_of_module_[m];
+    b_.SetModule(module.name);
+    if (!pre_forward_done[unit]) {
+      // _pre_forward -> _pre_forward_unshard: unshard unless prefetched, the current stream
+      // waits for the unshard stream, then _prefetch_handle(FORWARD) unshards the next handle
+      // in forward execution order when forward_prefetch is set (torch only; fairscale
+      // issues each all-gather from its own pre-forward).
+      pre_forward_done[unit] = true;
+      b_.HostWork("FSDP::pre_forward", hook_ns);
+      UnshardUnit(unit);
+      WaitForUnshard();
+      if (Torch() && cfg_.forward_prefetch) PrefetchUnit(static_cast<int64_t>(unit) + 1);
+    }
+    b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
+    EmitForwardKernels(ctx_, b_, compute_, module);
+    if (units_[unit].modules.back() == m) {
+      // _post_forward -> _post_forward_reshard: free for FULL_SHARD / HYBRID_SHARD, never
+      // for the root ("immediately used for backward"); fairscale: reshard_after_forward,
+      // which _lazy_init turns off for the root.
+      b_.HostWork("FSDP::post_forward", hook_ns);
+      const bool free = !units_[unit].is_root && ReshardAfterForwardStrategy();
+      for (FlatParam& p : units_[unit].params) Reshard(p, free && Sharded());
+    }
+  }
+}
+
+void Fsdp1Lowering::Backward(bool sync) {
+  const int64_t hook_ns = ctx_.plan.host.hook_overhead_ns;
+  const int64_t pbytes = DTypeSize(param_dtype_);
+  b_.SetPhase(Phase::kBackward);
+  std::vector<bool>& pre_backward_done = hook_ran_;
+  pre_backward_done.assign(units_.size(), false);
+  // Module order in backward: head, layers.L-1 .. layers.0, embed. The root's pre-backward
+  // hook fires first (on the loss side), its post-backward hook last (the embedding's
+  // gradient completes its FlatParameter's gradient).
+  for (size_t step = 0; step < ctx_.modules.size(); ++step) {
+    const size_t m = ctx_.modules.size() - 1 - step;
+    const ModuleKernels& module = ctx_.modules[m];
+    const size_t unit = unit_of_module_[m];
+    b_.SetModule(module.name);
+    if (!pre_backward_done[unit]) {
+      // _pre_backward_hook: unshard unless prefetched (a no-op for parameters kept since
+      // forward), the current stream waits for the unshard stream, then with
+      // BACKWARD_PRE _prefetch_handle(BACKWARD) unshards the handle before this one in
+      // forward execution order (_ExecOrderData.get_handle_to_backward_prefetch) — before
+      // this unit's gradients are computed. fairscale's _pre_backward_hook only rebuilds its
+      // own full parameters (no prefetch option).
+      pre_backward_done[unit] = true;
+      b_.HostWork("FSDP::pre_backward", hook_ns);
+      UnshardUnit(unit);
+      WaitForUnshard();
+      if (Torch() && cfg_.backward_prefetch == Fsdp1BackwardPrefetch::kBackwardPre) {
+        PrefetchUnit(static_cast<int64_t>(unit) - 1);
+      }
+      // The unit's flat gradient, produced by autograd in param_dtype on the compute stream
+      // (estimate: allocated when the unit's backward starts). Under no_sync the previous
+      // micro-batches' unsharded gradient is still there: the new one is added into it.
+      if (!FairscaleFp32Accumulation()) {
+        for (FlatParam& p : units_[unit].params) {
+          b_.Allocate((p.grad_live ? "grad_new." : "grad.") + p.name, p.numel * pbytes, compute_);
+        }
+      }
+    }
+    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module));
+    b_.Free("activations." + module.name);
+    if (FairscaleFp32Accumulation()) {
+      // FlattenParamsWrapper._grad_accumulation_hook runs per parameter as autograd produces
+      // its low-precision gradient: the gradient is added into fp32 storage and dropped, so
+      // one parameter's low-precision gradient is alive at a time. The fp32 storage is made
+      // by the first micro-batch since the last reduction: per-parameter fp32 gradients
+      // (optimize_backward_concat false, the path before fairscale PR #1186) or one flat
+      // buffer whose slices the hooks fill (true: _unflatten_params_as_views allocates
+      // fp32_grads = zeros(total numel, float32) and each hook adds into fp32_grads[start:end]).
+      Fsdp1Unit& u = units_[unit];
+      for (const ParamTensor& param : module.params) {
+        FlatParam& p = u.params.size() > 1 && IsExpertParam(param) ? u.params[1] : u.params[0];
+        const int64_t numel = p.expert ? param.numel / std::max<int32_t>(1, ctx_.plan.moe.expert_parallel) : param.numel;
+        if (!p.fp32_live) {
+          b_.Allocate("fp32_grads." + p.name, p.numel * kFp32Bytes, compute_);
+          p.fp32_live = true;
+        }
+        b_.Allocate("grad_lowp." + p.name, numel * pbytes, compute_);
+        b_.MemoryKernel(compute_, "fairscale::fp32_grad_accumulate", numel * (pbytes + kFp32Bytes), numel * kFp32Bytes);
+        b_.Free("grad_lowp." + p.name);
+      }
+    }
+    if (units_[unit].modules.front() == m) PostBackward(unit, sync);
+  }
+  // _post_backward_final_callback: with gradient sync the current stream waits for the
+  // post-backward stream and, for HSDP, the all-reduce stream (fairscale
+  // _wait_for_post_backward: current_stream().wait_stream(post_backward)).
+  b_.SetModule("");
+  if (sync) {
+    WaitStream(compute_, post_backward_);
+    if (all_reduce_ != compute_) WaitStream(compute_, all_reduce_);
+  }
+}
+
+// _post_backward_hook (torch) / FullyShardedDataParallel._post_backward_hook (fairscale).
+void Fsdp1Lowering::PostBackward(size_t unit, bool sync) {
+  const int64_t pbytes = DTypeSize(param_dtype_);
+  // Autograd finishes the FlatParameter's gradient before the hook (registered on its
+  // AccumulateGrad) runs.
+  for (FlatParam& p : units_[unit].params) {
+    if (FairscaleFp32Accumulation()) {
+      if (sync && !cfg_.optimize_backward_concat) {
+        // The old way: on the reducing micro-batch the per-parameter fp32 gradients are
+        // concatenated into one flat fp32 gradient for the reduce-scatter (the flat
+        // parameter's split backward, a torch.cat): a transient second copy of the unit's
+        // unsharded fp32 gradient (PR #1186: "avoid extra memory usage caused by concat(),
+        // directly allocate flattened fp32 grads"). Estimate: the per-parameter fp32
+        // gradients are released right after the concatenation.
+        b_.Allocate("fp32_flat_grad." + p.name, p.numel * kFp32Bytes, compute_);
+        b_.MemoryKernel(compute_, "fairscale::cat_fp32_grads", p.numel * kFp32Bytes, p.numel * kFp32Bytes);
+        b_.Free("fp32_grads." + p.name);
+        p.fp32_live = false;
+      }
+    } else if (p.grad_live) {
+      // AccumulateGrad into the unsharded gradient kept by no_sync.
+      b_.MemoryKernel(compute_, "AccumulateGrad", 2 * p.numel * pbytes, p.numel * pbytes);
+      b_.Free("grad_new." + p.name);
+    } else {
+      p.grad_live = true;
+    }
+  }
+  b_.HostWork("FSDP::post_backward", ctx_.plan.host.hook_overhead_ns);
+  // _post_backward_reshard: free the unsharded parameters when _should_free_in_backward
+  // (sharded, and gradients are synced or the strategy reshards after forward: under no_sync
+  // SHARD_GRAD_OP keeps them for the next micro-batch); fairscale frees when
+  // _require_backward_grad_sync or reshard_after_forward. NO_SHARD drops its low-precision
+  // copy (post_reshard -> _free_low_precision_sharded_param).
+  for (FlatParam& p : units_[unit].params) {
+    if (!Sharded()) {
+      if (MixedPrecision() && p.unsharded) {
+        b_.RecordStream("unsharded." + p.name, compute_);
+        b_.Free("unsharded." + p.name);
+        p.unsharded = false;
+      }
+      p.prefetched = false;
+      continue;
+    }
+    Reshard(p, sync || ReshardAfterForwardStrategy());
+  }
+  // BACKWARD_POST: _post_backward_reshard prefetches after this unit's gradient computation,
+  // before its reduce-scatter is issued.
+  if (Torch() && cfg_.backward_prefetch == Fsdp1BackwardPrefetch::kBackwardPost) {
+    PrefetchUnit(static_cast<int64_t>(unit) - 1);
+  }
+  // Without sync, _post_backward_hook returns here: the unsharded gradient stays (torch: in
+  // param_dtype, before the reduce_dtype cast) for the next micro-batch.
+  if (!sync) return;
+  // post_backward_stream.wait_stream(current_stream), then the reduction on that stream.
+  WaitStream(post_backward_, compute_);
+  for (FlatParam& p : units_[unit].params) ReduceGradient(p);
+}
+
+// _reduce_grad / _reduce_grad_no_shard (torch), _post_backward_hook + _post_reduction_hook
+// (fairscale), on the post-backward stream.
+void Fsdp1Lowering::ReduceGradient(FlatParam& p) {
+  const int64_t pbytes = DTypeSize(param_dtype_);
+  const int64_t rbytes = DTypeSize(reduce_dtype_);
+  std::string source;
+  std::vector<std::string> post_backward_temporaries;
+  std::string current;
+  if (FairscaleFp32Accumulation()) {
+    // The fp32 gradient is reduced as it is (fp32_reduce_scatter); estimate: the fixed way's
+    // flat buffer is released after the reduction (its reset on the FSDP side is not in the
+    // stored source).
+    source = (cfg_.optimize_backward_concat ? "fp32_grads." : "fp32_flat_grad.") + p.name;
+    current = source;
+  } else {
+    source = "grad." + p.name;
+    current = source;
+    // Cast to reduce_dtype (flat_param.grad.to(handle._reduce_dtype)) on this stream.
+    if (reduce_dtype_ != param_dtype_) {
+      current = "grad_reduce_dtype." + p.name;
+      b_.Allocate(current, p.numel * rbytes, post_backward_);
+      b_.MemoryKernel(post_backward_, "FSDP::cast_to_reduce_dtype", p.numel * pbytes, p.numel * rbytes);
+      post_backward_temporaries.push_back(current);
+    }
+  }
+  if (!Sharded()) {
+    // _reduce_grad_no_shard: all_reduce of the whole gradient over the process group; it
+    // becomes (or, with accumulation, is added into) the full fp32 .grad.
+    b_.Collective(post_backward_, "FSDP::all_reduce", CollectiveType::kAllReduce, world_, p.numel * rbytes,
+                  reduce_dtype_);
+    if (!p.grad_shard_live) {
+      b_.Allocate("grad_shard." + p.name, p.numel * kFp32Bytes, post_backward_);
+      b_.MemoryKernel(post_backward_, "FSDP::cast_grad_to_param_dtype", p.numel * rbytes, p.numel * kFp32Bytes);
+    } else {
+      b_.MemoryKernel(post_backward_, "FSDP::accumulate_grad", p.numel * (rbytes + kFp32Bytes), p.numel * kFp32Bytes);
+    }
+    p.grad_shard_live = true;
+  } else {
+    // _get_reduce_scatter_tensors: F.pad to a multiple of the group size (a new tensor) and
+    // an empty sharded output; reduce_scatter_tensor on the post-backward stream.
+    if (p.padded_numel() != p.numel) {
+      const std::string padded = "grad_padded." + p.name;
+      b_.Allocate(padded, p.padded_numel() * rbytes, post_backward_);
+      b_.MemoryKernel(post_backward_, "FSDP::pad", p.numel * rbytes, p.padded_numel() * rbytes);
+      post_backward_temporaries.push_back(padded);
+      current = padded;
+    }
+    const bool direct = !p.grad_shard_live && reduce_dtype_ == DType::kFloat32;
+    const std::string output = direct ? "grad_shard." + p.name : "new_sharded_grad." + p.name;
+    b_.Allocate(output, p.shard_numel * rbytes, post_backward_);
+    b_.Collective(post_backward_, "FSDP::reduce_scatter", CollectiveType::kReduceScatter, p.shard_comm,
+                  p.padded_numel() * rbytes, reduce_dtype_);
+    traces::StreamIndex accumulate_stream = post_backward_;
+    if (Hybrid() && !p.expert && replicate_size_ > 1) {
+      // HSDP: the all-reduce stream waits for the post-backward stream; the new shard is
+      // recorded on it and all-reduced over the replicate (inter-node) group.
+      WaitStream(all_reduce_, post_backward_);
+      b_.RecordStream(output, all_reduce_);
+      b_.Collective(all_reduce_, "FSDP::all_reduce", CollectiveType::kAllReduce, replicate_,
+                    p.shard_numel * rbytes, reduce_dtype_);
+      accumulate_stream = all_reduce_;
+    }
+    // _accumulate_sharded_grad: cast to the parameter dtype (fp32), keep the first as
+    // _saved_grad_shard, add later ones into it.
+    if (!direct) {
+      if (!p.grad_shard_live) {
+        b_.Allocate("grad_shard." + p.name, p.shard_numel * kFp32Bytes, accumulate_stream);
+        b_.MemoryKernel(accumulate_stream, "FSDP::cast_grad_to_param_dtype", p.shard_numel * rbytes,
+                        p.shard_numel * kFp32Bytes);
+      } else {
+        b_.MemoryKernel(accumulate_stream, "FSDP::accumulate_sharded_grad", p.shard_numel * (rbytes + kFp32Bytes),
+                        p.shard_numel * kFp32Bytes);
+      }
+      b_.Free(output);
+    }
+    p.grad_shard_live = true;
+  }
+  for (const std::string& temporary : post_backward_temporaries) b_.Free(temporary);
+  // The gradient autograd computed on the compute stream is consumed here:
+  // _no_dispatch_record_stream(autograd_computed_grad, post_backward_stream), then dropped
+  // (flat_param.grad = None in _reduce_grad).
+  b_.RecordStream(source, post_backward_);
+  b_.Free(source);
+  p.grad_live = false;
+  p.fp32_live = false;
+}
+
+void Fsdp1Lowering::Optimizer() {
+  b_.SetPhase(Phase::kOptimizer);
+  b_.SetMicroBatch(-1);
+  b_.SetModule("");
+  // _finalize_params -> prepare_gradient_for_optim: _saved_grad_shard becomes .grad.
+  // FSDP.clip_grad_norm_: the local norm of the sharded gradients all-reduced over the
+  // process group (NO_SHARD alone falls back to torch.nn.utils.clip_grad_norm_).
+  int64_t local_numel = 0;
+  for (const Fsdp1Unit& unit : units_) {
+    for (const FlatParam& p : unit.params) local_numel += p.shard_numel;
+  }
+  EmitClipGradNorm(ctx_, b_, compute_, local_numel, Sharded(), world_);
+  for (const Fsdp1Unit& unit : units_) {
+    for (const FlatParam& p : unit.params) {
+      b_.SetModule(p.name);
+      b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
+      EmitAdamW(b_, compute_, p.shard_numel);
+    }
+  }
+  // zero_grad(set_to_none=True) frees the sharded gradients.
+  for (Fsdp1Unit& unit : units_) {
+    for (FlatParam& p : unit.params) {
+      if (p.grad_shard_live) b_.Free("grad_shard." + p.name);
+      p.grad_shard_live = false;
+    }
+  }
+}
+
+}  // namespace
 
 StatusOr<LoweredPrograms> LowerFsdp1(const LoweringContext& ctx) {
-  return Status::InvalidInput(std::string("strategy ") + std::string(StrategyName(ctx.plan.strategy)) +
-                              " is not lowered yet");
+  LoweredPrograms out;
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Program program, Fsdp1Lowering(ctx, false).Lower());
+  out.programs.push_back(std::move(program));
+  if (ctx.plan.checkpoint.consolidate_optimizer_state) {
+    // Only rank 0 copies the gathered state to the CPU: it runs a program of its own.
+    SHARDSCOPE_ASSIGN_OR_RETURN(traces::Program rank0, Fsdp1Lowering(ctx, true).Lower());
+    out.programs.push_back(std::move(rank0));
+    out.program_of_rank.assign(static_cast<size_t>(ctx.world_size), 0);
+    out.program_of_rank[0] = 1;
+  }
+  return out;
 }
 
 }  // namespace shardscope::sim
