@@ -1,4 +1,5 @@
 // Emitters every strategy lowering shares (lowering_internal.h).
+#include <algorithm>
 #include <charconv>
 #include <string_view>
 
@@ -17,7 +18,18 @@ DataParallelMesh MeshOf(const Plan& plan) {
   DataParallelMesh mesh;
   switch (plan.strategy) {
     case Strategy::kFsdp2: mesh = plan.fsdp2.mesh; break;
-    case Strategy::kFsdp1: mesh = plan.fsdp1.mesh; break;
+    case Strategy::kFsdp1: {
+      mesh = plan.fsdp1.mesh;
+      // Hybrid strategies without an explicit mesh shard within a node and replicate across
+      // nodes (torch/distributed/fsdp/_init_utils.py _init_intra_and_inter_node_groups).
+      const bool hybrid = plan.fsdp1.sharding_strategy == Fsdp1ShardingStrategy::kHybridShard ||
+                          plan.fsdp1.sharding_strategy == Fsdp1ShardingStrategy::kHybridShardZero2;
+      if (hybrid && mesh.shard < 1 && mesh.replicate <= 1) {
+        mesh.shard = std::min(world, plan.cluster.gpus_per_node);
+        mesh.replicate = world / mesh.shard;
+      }
+      break;
+    }
     default: break;
   }
   if (mesh.replicate < 1) mesh.replicate = 1;
