@@ -1,5 +1,12 @@
 // Lowering of FSDP2 (torch.distributed.fsdp.fully_shard).
+//
+// Every fsdp2 knob of the plan (plan.h Fsdp2Config) maps to the fully_shard argument or
+// FSDPModule setter of the same name; the source each decision follows is cited beside it.
+// Paths are in pytorch/pytorch under torch/distributed/fsdp/_fully_shard/ unless they name
+// torchtitan.
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,86 +22,351 @@ using traces::DType;
 using traces::DTypeSize;
 using traces::Phase;
 
+constexpr size_t kNoUnit = std::numeric_limits<size_t>::max();
+
+// What a unit does with its unsharded parameters at post-forward
+// (FSDPParamGroup.reshard in the FORWARD state, _fsdp_param_group.py).
+enum class AfterForward : uint8_t {
+  kReshard,      // post_forward_mesh_info == mesh_info: free, all-gather again in backward
+  kKeep,         // post_forward_mesh_info None: keep them for backward
+  kPostForward,  // a smaller post-forward mesh: keep a 1/k slice (to_sharded_post_forward)
+};
+
 // ---------------------------------------------------------------------------------------
-// FSDP2: torch/distributed/fsdp/_fully_shard/ (fully_shard per transformer block plus the
-// root module, as torchtitan's apply_fsdp wraps a model).
+// FSDP2: fully_shard per transformer block plus the root module, as torchtitan's apply_fsdp
+// wraps a model.
 
 struct Fsdp2Unit {
-  std::string name;             // "root" or "layers.<i>"
-  std::vector<size_t> modules;  // indices into ctx.modules
-  int64_t shard_numel = 0;      // per rank, every parameter padded to a multiple of world size
-  bool reshard_after_forward = true;
-  bool unsharded = false;       // unsharded parameters are allocated
-  bool all_gather_issued = false;
+  std::string name;             // "embed", "layers.<i>" (first block), "head", "root",
+                                // "layers.<i>.moe.experts"
+  std::vector<size_t> modules;  // indices into ctx.modules (an expert unit: its block)
+  bool expert = false;          // fully_shard(transformer_block.moe.experts) nested in a block
+  int32_t first_block = -1;     // block index of the unit's first block (its expert's block)
+  std::vector<size_t> expert_units;  // a block unit: its blocks' nested expert units
+  int64_t shard_numel = 0;      // per rank, every parameter padded to a multiple of the group
+  int32_t group_size = 1;       // ranks the unit is sharded over
+  std::string comm;             // their communicator slot
+  // Unsharded gradients autograd produces for the unit (tensor name, elements).
+  std::vector<std::pair<std::string, int64_t>> grads;
+  AfterForward after_forward = AfterForward::kReshard;
+  int32_t post_forward_size = 0;  // kPostForward: ranks of the post-forward shard group
+
+  // Lowering state.
+  bool unsharded = false;             // unsharded parameters are allocated
+  bool all_gather_issued = false;     // all-gather issued, not yet waited for
+  bool post_forward_sharded = false;  // holds the post-forward slice instead of its shard
+  bool grad_shard = false;            // the sharded fp32 .grad exists
+  bool accumulated_grad = false;      // unsharded_accumulated_grad (or a kept .grad) exists
+  DType accumulated_dtype = DType::kFloat32;
+  bool partial_reduce = false;        // HSDP: reduce-scattered but not yet all-reduced output
 };
 
 class Fsdp2Lowering {
  public:
   explicit Fsdp2Lowering(const LoweringContext& ctx) : ctx_(ctx), b_("fsdp2") {}
 
-  traces::Program Lower();
+  StatusOr<traces::Program> Lower();
 
  private:
+  Status BuildUnits();
+  StatusOr<std::vector<size_t>> ResolveNames(const std::string& owner, const std::vector<std::string>& names) const;
+  Status BuildPrefetchTargets();
+  void AppendWithExperts(std::vector<size_t>& targets, size_t source, size_t target) const;
+
   int64_t ParamBytes() const { return DTypeSize(param_dtype_); }
-  int64_t UnshardedNumel(const Fsdp2Unit& u) const { return u.shard_numel * ctx_.world_size; }
+  int64_t ReduceBytes() const { return DTypeSize(reduce_dtype_); }
+  int64_t UnshardedNumel(const Fsdp2Unit& u) const { return u.shard_numel * u.group_size; }
+  int64_t GradNumel(const Fsdp2Unit& u) const;
+  bool Hsdp(const Fsdp2Unit& u) const { return mesh_.replicate > 1 && !u.expert; }
+  bool LastMicroBatch(int32_t micro_batch) const {
+    return micro_batch + 1 == ctx_.plan.training.grad_accum_steps;
+  }
+  bool ReducesThisMicroBatch(const Fsdp2Unit& u, int32_t micro_batch) const;
+
   void Unshard(size_t unit);
   void WaitForUnshard(size_t unit, bool forward);
   void ReleaseForwardAllGatherState();
+  void ReshardAfterForward(size_t unit);
   void Reshard(size_t unit);
+  void PreForward(size_t unit);
+  void PreBackward(size_t unit, bool prefetch);
   void PostBackward(size_t unit, int32_t micro_batch);
   void Forward();
   void Backward(int32_t micro_batch);
 
   const LoweringContext& ctx_;
   ProgramBuilder b_;
+  DataParallelMesh mesh_;
   DType param_dtype_ = DType::kBFloat16;
-  traces::StreamIndex compute_ = 0, copy_in_ = 0, all_gather_ = 0, reduce_scatter_ = 0;
-  traces::CommSlot dp_ = 0;
+  DType reduce_dtype_ = DType::kFloat32;
+  traces::StreamIndex compute_ = 0, copy_in_ = 0, all_gather_ = 0, reduce_scatter_ = 0, all_reduce_ = 0;
   std::vector<Fsdp2Unit> units_;
+  std::vector<size_t> order_;                      // non-expert units in forward order
   std::vector<size_t> unit_of_module_;
+  std::vector<std::vector<size_t>> experts_of_module_;  // expert units nested in a module
+  std::vector<std::vector<size_t>> forward_prefetch_, backward_prefetch_;
   int64_t forward_all_gather_state_ = -1;  // unit whose all-gather output awaits its free
   int64_t reduce_scatter_state_ = -1;      // unit whose reduce-scatter input awaits its free
-  int64_t last_post_reduce_ = -1;          // unit whose post-reduce event the final wait needs
+  std::string last_post_reduce_rs_;        // last post-reduce event on the reduce-scatter stream
+  std::string last_post_reduce_ar_;        // ... on the all-reduce stream (HSDP)
+  std::vector<std::string> all_reduce_state_;  // HSDP all-reduce buffers kept to end of backward
 };
 
-traces::Program Fsdp2Lowering::Lower() {
+// ---- Units --------------------------------------------------------------------------------
+
+Status Fsdp2Lowering::BuildUnits() {
+  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
+  const int32_t shard = mesh_.shard;
+  const int32_t ep = std::max<int32_t>(1, ctx_.plan.moe.expert_parallel);
+  // torchtitan/models/llama4/infra/parallelize.py apply_fsdp: with ep_degree > 1, every MoE
+  // block's routed experts get their own fully_shard on the dp_mod_ep ("efsdp") mesh —
+  // the world_size / ep ranks holding the same experts (our ep_dp group) — before the block's
+  // fully_shard on dp_mesh, which then holds the block's dense part (attention, router,
+  // norms). Without EP the experts stay inside the block's unit.
+  const bool nested_experts = ep > 1 && ctx_.plan.model.experts > 1;
+  const int32_t expert_group = ctx_.world_size / ep;
+
+  if (cfg.blocks_per_unit < 1) {
+    return Status::InvalidInput(fmt::format("fsdp2.blocks_per_unit must be at least 1, got {}", cfg.blocks_per_unit));
+  }
+  if (cfg.forward_prefetch < 0 || cfg.backward_prefetch < 0 || cfg.gradient_sync_every_k_blocks < 0) {
+    return Status::InvalidInput("fsdp2.forward_prefetch, backward_prefetch and gradient_sync_every_k_blocks "
+                                "must not be negative");
+  }
+
+  // reshard_after_forward as fully_shard resolves it (_fully_shard.py fully_shard:
+  // auto_reshard_after_forward = reshard_after_forward is None, and None is passed on as True;
+  // _fsdp_init.py _get_post_forward_mesh_info: an int must divide the shard-group size, 1
+  // means False and the shard-group size means True; otherwise a post-forward mesh of
+  // mesh.view(-1, k) — consecutive groups of k ranks, our dp_post_forward slot).
+  AfterForward knob = AfterForward::kReshard;
+  int32_t post_forward_size = 0;
+  switch (cfg.reshard_after_forward) {
+    case ReshardAfterForward::kTrue:
+    case ReshardAfterForward::kNone: knob = AfterForward::kReshard; break;
+    case ReshardAfterForward::kFalse: knob = AfterForward::kKeep; break;
+    case ReshardAfterForward::kInt: {
+      const int32_t k = cfg.reshard_after_forward_size;
+      if (k < 1 || k > shard || shard % k != 0) {
+        return Status::InvalidInput(fmt::format(
+            "fsdp2.reshard_after_forward {} must be a factor of the shard-group size {} "
+            "(fully_shard raises the same ValueError)", k, shard));
+      }
+      if (k == 1) {
+        knob = AfterForward::kKeep;
+      } else if (k == shard) {
+        knob = AfterForward::kReshard;
+      } else {
+        knob = AfterForward::kPostForward;
+        post_forward_size = k;
+      }
+      break;
+    }
+  }
+
+  const auto add_unit = [&](std::string name, std::vector<size_t> modules, AfterForward after) {
+    Fsdp2Unit unit;
+    unit.name = std::move(name);
+    unit.modules = std::move(modules);
+    unit.group_size = shard;
+    unit.comm = kCommShard;
+    unit.after_forward = after;
+    unit.post_forward_size = after == AfterForward::kPostForward ? post_forward_size : 0;
+    unit.first_block = BlockIndex(ctx_.modules[unit.modules.front()]);
+    order_.push_back(units_.size());
+    units_.push_back(std::move(unit));
+    return units_.size() - 1;
+  };
+
+  const size_t n = ctx_.modules.size();
+  unit_of_module_.assign(n, kNoUnit);
+  experts_of_module_.assign(n, {});
+  if (cfg.root_only) {
+    // fully_shard(model) alone: one parameter group for the whole model, which is the root.
+    // FSDPState._lazy_init (_fsdp_state.py): for the root, when reshard_after_forward was
+    // left None, post_forward_mesh_info = None — it keeps its parameters after forward ("the
+    // parameters would be freed and all-gathered immediately"); it does so only when
+    // _auto_reshard_after_forward, so an explicit True / int is honoured for the root as for
+    // any unit. torchtitan never wraps a model this way.
+    std::vector<size_t> all(n);
+    for (size_t m = 0; m < n; ++m) all[m] = m;
+    const AfterForward root_after = cfg.reshard_after_forward == ReshardAfterForward::kNone ? AfterForward::kKeep : knob;
+    const size_t u = add_unit("root", all, root_after);
+    for (size_t m = 0; m < n; ++m) unit_of_module_[m] = u;
+  } else {
+    // Units as torchtitan's apply_fsdp (torchtitan/models/llama3/infra/parallelize.py) wraps
+    // a model: fully_shard(tok_embeddings), fully_shard(block) for each block (here: each
+    // group of blocks_per_unit consecutive blocks), fully_shard([norm, output]), then
+    // fully_shard(model) — a root that holds no parameters of its own, so reshard_after_forward
+    // None behaves as True for every unit. The embedding and the blocks follow
+    // reshard_after_forward; [norm, output] keeps its parameters after forward (torchtitan
+    // passes reshard_after_forward_policy == "always", False by default: backward needs them
+    // at once).
+    for (size_t m = 0; m < n;) {
+      const ModuleKernels& module = ctx_.modules[m];
+      std::vector<size_t> members{m};
+      if (IsBlock(module)) {
+        while (members.size() < static_cast<size_t>(cfg.blocks_per_unit) && m + members.size() < n &&
+               IsBlock(ctx_.modules[m + members.size()])) {
+          members.push_back(m + members.size());
+        }
+      }
+      const bool head = m + members.size() == n && !IsBlock(module) && m != 0;
+      const size_t u = add_unit(module.name, members, head ? AfterForward::kKeep : knob);
+      for (size_t member : members) unit_of_module_[member] = u;
+      m += members.size();
+    }
+  }
+
+  // Parameters of each unit, and the nested expert units.
+  for (size_t u = 0, count = units_.size(); u < count; ++u) {
+    for (size_t m : units_[u].modules) {
+      const ModuleKernels& module = ctx_.modules[m];
+      const bool split = nested_experts && IsBlock(module) && LocalExpertNumel(ctx_, module) > 0;
+      int64_t dense = 0;
+      for (const ParamTensor& param : module.params) {
+        if (split && IsExpertParam(param)) continue;
+        // FSDPParam shards dim 0 with padding to a multiple of the group size; with only
+        // numel known we pad the flat size (exact for 1-D and for dim-0 multiples).
+        units_[u].shard_numel += (param.numel + shard - 1) / shard;
+        dense += param.numel;
+      }
+      units_[u].grads.emplace_back("grad." + module.name, dense);
+      if (!split) continue;
+      Fsdp2Unit experts;
+      experts.name = module.name + ".moe.experts";
+      experts.modules = {m};
+      experts.expert = true;
+      experts.first_block = BlockIndex(module);
+      experts.group_size = expert_group;
+      experts.comm = kCommExpertData;
+      // torchtitan passes the blocks' reshard_after_forward to the experts. A post-forward
+      // mesh for them would be a view of the efsdp mesh (ranks strided by ep), which is not
+      // the dp_post_forward group: estimate — an int reshards them fully. (None: the experts
+      // are never the root, so True.)
+      experts.after_forward = knob == AfterForward::kPostForward ? AfterForward::kReshard : knob;
+      for (const ParamTensor& param : module.params) {
+        if (!IsExpertParam(param)) continue;
+        const int64_t local = param.numel / ep;  // ExpertParallel shards dim 0 (experts) over ep
+        experts.shard_numel += (local + expert_group - 1) / expert_group;
+      }
+      experts.grads.emplace_back("grad." + experts.name, LocalExpertNumel(ctx_, module));
+      units_[u].expert_units.push_back(units_.size());
+      experts_of_module_[m].push_back(units_.size());
+      units_.push_back(std::move(experts));
+    }
+  }
+  return Status::Ok();
+}
+
+int64_t Fsdp2Lowering::GradNumel(const Fsdp2Unit& u) const {
+  int64_t numel = 0;
+  for (const auto& [name, count] : u.grads) numel += count;
+  return numel;
+}
+
+StatusOr<std::vector<size_t>> Fsdp2Lowering::ResolveNames(const std::string& owner,
+                                                          const std::vector<std::string>& names) const {
+  std::vector<size_t> out;
+  for (const std::string& name : names) {
+    const auto it = std::find_if(units_.begin(), units_.end(), [&](const Fsdp2Unit& u) { return u.name == name; });
+    if (it == units_.end()) {
+      std::string known;
+      for (const Fsdp2Unit& u : units_) known += (known.empty() ? "" : ", ") + u.name;
+      return Status::InvalidInput(fmt::format("fsdp2.{} names unknown unit '{}' (units: {})", owner, name, known));
+    }
+    out.push_back(static_cast<size_t>(it - units_.begin()));
+  }
+  return out;
+}
+
+// A count-based prefetch of a block's successor also prefetches that block's experts, as
+// torchtitan does with EP (apply_fsdp: transformer_block.set_modules_to_forward_prefetch(
+// [next_block, next_block.moe.experts]), and the same backwards); the embedding and the
+// head prefetch only the neighbouring block.
+void Fsdp2Lowering::AppendWithExperts(std::vector<size_t>& targets, size_t source, size_t target) const {
+  targets.push_back(target);
+  if (units_[source].first_block < 0 || units_[source].expert) return;
+  for (size_t e : units_[target].expert_units) targets.push_back(e);
+}
+
+Status Fsdp2Lowering::BuildPrefetchTargets() {
+  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
+  forward_prefetch_.assign(units_.size(), {});
+  backward_prefetch_.assign(units_.size(), {});
+  bool has_experts = false;
+  for (const Fsdp2Unit& u : units_) has_experts = has_experts || u.expert;
+  // torchtitan sets explicit prefetching whenever ep_degree > 1 ("D2H syncs in EP could
+  // interfere with implicit prefetching"): one unit ahead both ways, with the experts. We
+  // follow it when the plan asks for nothing else.
+  const bool plan_sets_prefetch = cfg.forward_prefetch != 0 || cfg.backward_prefetch != 1 ||
+                                  !cfg.forward_prefetch_units.empty() || !cfg.backward_prefetch_units.empty();
+  const int32_t forward_count = has_experts && !plan_sets_prefetch ? 1 : cfg.forward_prefetch;
+  const int32_t backward_count = cfg.backward_prefetch;
+
+  for (size_t pos = 0; pos < order_.size(); ++pos) {
+    const size_t u = order_[pos];
+    // set_modules_to_forward_prefetch: FSDPState._pre_forward unshards these after the
+    // unit's own pre_forward (unshard + wait_for_unshard), in forward order.
+    for (int32_t k = 1; k <= forward_count && pos + static_cast<size_t>(k) < order_.size(); ++k) {
+      AppendWithExperts(forward_prefetch_[u], u, order_[pos + static_cast<size_t>(k)]);
+    }
+    // Backward: FSDPParamGroup._backward_prefetch (default_prefetch, one unit ahead in the
+    // reverse post-forward order) when no explicit list; set_modules_to_backward_prefetch
+    // replaces it (FSDPState._pre_backward: default_prefetch = no explicit list). A count
+    // n > 1 is the explicit list of the next n units; 0 prefetches nothing.
+    for (int32_t k = 1; k <= backward_count && pos >= static_cast<size_t>(k); ++k) {
+      AppendWithExperts(backward_prefetch_[u], u, order_[pos - static_cast<size_t>(k)]);
+    }
+  }
+  for (const auto& [name, targets] : cfg.forward_prefetch_units) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<size_t> owner, ResolveNames("forward_prefetch_units", {name}));
+    SHARDSCOPE_ASSIGN_OR_RETURN(forward_prefetch_[owner.front()],
+                                ResolveNames("forward_prefetch_units." + name, targets));
+  }
+  for (const auto& [name, targets] : cfg.backward_prefetch_units) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<size_t> owner, ResolveNames("backward_prefetch_units", {name}));
+    SHARDSCOPE_ASSIGN_OR_RETURN(backward_prefetch_[owner.front()],
+                                ResolveNames("backward_prefetch_units." + name, targets));
+  }
+  return Status::Ok();
+}
+
+bool Fsdp2Lowering::ReducesThisMicroBatch(const Fsdp2Unit& u, int32_t micro_batch) const {
+  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
+  if (LastMicroBatch(micro_batch) || cfg.requires_gradient_sync == GradientSync::kEveryMicroBatch) return true;
+  // set_requires_gradient_sync(False, recurse=False) on all but every k-th block: those keep
+  // reducing every micro-batch (FSDPModule.set_requires_gradient_sync sets reduce_grads per
+  // parameter group). The embedding, the head and the root are not blocks.
+  const int32_t k = cfg.gradient_sync_every_k_blocks;
+  return k > 0 && u.first_block >= 0 && u.first_block % k == 0;
+}
+
+// ---- Program --------------------------------------------------------------------------------
+
+StatusOr<traces::Program> Fsdp2Lowering::Lower() {
   const Plan& plan = ctx_.plan;
-  // MixedPrecisionPolicy(param_dtype=training.dtype, reduce_dtype=float32), torchtitan's
-  // defaults (torchtitan/config: mixed_precision_param bf16, mixed_precision_reduce fp32).
-  param_dtype_ = ctx_.compute_dtype;
+  mesh_ = MeshOf(plan);
+  // MixedPrecisionPolicy(param_dtype, reduce_dtype) from the plan (torchtitan's defaults:
+  // mixed_precision_param = training dtype, mixed_precision_reduce = float32). The sharded
+  // parameters, gradients and optimizer states stay fp32 (the original dtype).
+  param_dtype_ = plan.fsdp2.param_dtype;
+  reduce_dtype_ = plan.fsdp2.reduce_dtype;
+  SHARDSCOPE_RETURN_IF_ERROR(BuildUnits());
+  SHARDSCOPE_RETURN_IF_ERROR(BuildPrefetchTargets());
+
   // FSDPCommContext.lazy_init (_fsdp_param_group.py): all-gather copy-in, all-gather and
-  // reduce-scatter streams at high priority (-1); compute on the current stream.
+  // reduce-scatter streams at high priority (-1); compute on the current stream; HSDP's
+  // all-reduce stream at default priority ("run the HSDP all-reduces concurrently with
+  // all-gather/reduce-scatter").
   compute_ = b_.Stream("compute", 0);
   copy_in_ = b_.Stream("all_gather_copy_in", -1);
   all_gather_ = b_.Stream("all_gather", -1);
   reduce_scatter_ = b_.Stream("reduce_scatter", -1);
-  dp_ = b_.Comm("dp");
-
-  // Units as torchtitan's apply_fsdp (torchtitan/models/llama3/infra/parallelize.py) wraps a
-  // model: fully_shard(tok_embeddings), fully_shard(block) for each block,
-  // fully_shard([norm, output]), then fully_shard(model) — a root that holds no parameters
-  // of its own. The embedding and the blocks follow reshard_after_forward; [norm, output]
-  // keeps its parameters after forward (torchtitan passes reshard_after_forward=False
-  // there: backward needs them at once).
-  unit_of_module_.resize(ctx_.modules.size());
-  for (size_t m = 0; m < ctx_.modules.size(); ++m) {
-    const ModuleKernels& module = ctx_.modules[m];
-    const bool last = m + 1 == ctx_.modules.size();
-    unit_of_module_[m] = units_.size();
-    units_.push_back(Fsdp2Unit{module.name, {m}, 0, last ? false : plan.fsdp2.reshard_after_forward != ReshardAfterForward::kFalse, false, false});
-  }
-  for (Fsdp2Unit& unit : units_) {
-    for (size_t m : unit.modules) {
-      for (const ParamTensor& param : ctx_.modules[m].params) {
-        // FSDPParam shards dim 0 with padding to a multiple of the world size; with only
-        // numel known we pad the flat size (exact for 1-D and for dim-0 multiples).
-        unit.shard_numel += (param.numel + ctx_.world_size - 1) / ctx_.world_size;
-      }
-    }
-  }
+  if (mesh_.replicate > 1) all_reduce_ = b_.Stream("all_reduce", 0);
 
   // Model states that live across steps: the fp32 sharded parameters and AdamW's two fp32
-  // moments (12 bytes per parameter / world size, the ZeRO paper's 16Ψ/N with gradients).
+  // moments (12 bytes per parameter / group size, the ZeRO paper's 16Ψ/N with gradients).
   b_.SetPhase(Phase::kNone);
   for (const Fsdp2Unit& unit : units_) {
     b_.SetModule(unit.name);
@@ -109,16 +381,35 @@ traces::Program Fsdp2Lowering::Lower() {
     Backward(mb);
   }
 
-  // Optimizer step on the local shards, then zero_grad(set_to_none=True) frees the sharded
-  // gradients (torch/optim/optimizer.py Optimizer.zero_grad).
+  // clip_grad_norm_ over the sharded fp32 gradients (torchtitan's train step, max_norm
+  // 1.0 by default; torchtitan/distributed/utils.py clip_grad_norm_): the total norm is a
+  // DTensor Partial over the shard dimension only (HSDP gradients are Replicate over the
+  // replicate dimension), so full_tensor() all-reduces over the shard group. With EP the
+  // expert gradients live on the (ep, efsdp) mesh that spans every rank
+  // (_clip_grad_norm_with_ep: a second all-reduce, folded here into one over the world).
   b_.SetPhase(Phase::kOptimizer);
   b_.SetMicroBatch(-1);
+  b_.SetModule("");
+  int64_t local_grad_numel = 0;
+  bool has_experts = false;
+  for (const Fsdp2Unit& unit : units_) {
+    local_grad_numel += unit.shard_numel;
+    has_experts = has_experts || unit.expert;
+  }
+  EmitClipGradNorm(ctx_, b_, compute_, local_grad_numel, /*sharded=*/true,
+                   b_.Comm(has_experts ? kCommWorld : kCommShard));
+
+  // Optimizer step on the local shards, then zero_grad(set_to_none=True) frees the sharded
+  // gradients (torch/optim/optimizer.py Optimizer.zero_grad).
   for (const Fsdp2Unit& unit : units_) {
     b_.SetModule(unit.name);
     b_.HostWork("python op", plan.host.python_op_overhead_ns);
     EmitAdamW(b_, compute_, unit.shard_numel);
   }
-  for (const Fsdp2Unit& unit : units_) b_.Free("grad_shard." + unit.name);
+  for (Fsdp2Unit& unit : units_) {
+    if (unit.grad_shard) b_.Free("grad_shard." + unit.name);
+    unit.grad_shard = false;
+  }
   return b_.Finish();
 }
 
@@ -130,18 +421,39 @@ void Fsdp2Lowering::Unshard(size_t unit_index) {
   Fsdp2Unit& u = units_[unit_index];
   if (u.unsharded || u.all_gather_issued) return;
   const std::string& n = u.name;
+  const int64_t unsharded_bytes = UnshardedNumel(u) * ParamBytes();
+  if (u.post_forward_sharded) {
+    // Resharded to the post-forward mesh: the all-gather streams wait for the reshard's
+    // event (_reshard_after_forward_event, FSDPParamGroup.unshard), the all-gather input is
+    // the post-forward slice, already in param_dtype (FSDPParam.all_gather_inputs in the
+    // SHARDED_POST_FORWARD state), gathered over the k ranks of the post-forward group.
+    const int64_t slice_bytes = unsharded_bytes / u.post_forward_size;
+    b_.Wait(copy_in_, b_.Event("reshard_after_forward." + n));
+    b_.Wait(all_gather_, b_.Event("reshard_after_forward." + n));
+    b_.Allocate("all_gather_output." + n, unsharded_bytes, copy_in_);
+    b_.MemoryKernel(copy_in_, "FSDP::all_gather_copy_in", slice_bytes, slice_bytes);
+    b_.Record(b_.Event("copy_in." + n), copy_in_);
+    b_.Wait(all_gather_, b_.Event("copy_in." + n));
+    b_.Collective(all_gather_, "FSDP::all_gather", CollectiveType::kAllGather, b_.Comm(kCommPostForward),
+                  unsharded_bytes, param_dtype_);
+    b_.Record(b_.Event("all_gather." + n), all_gather_);
+    u.all_gather_issued = true;
+    return;
+  }
   const int64_t shard_bytes = u.shard_numel * ParamBytes();
+  // MixedPrecisionPolicy.param_dtype None or fp32: the fp32 shard is the all-gather input,
+  // no cast (FSDPParam.init_dtype_attrs: param_dtype equal to the original dtype is None).
   if (param_dtype_ != DType::kFloat32) {
     b_.Allocate("cast." + n, shard_bytes, copy_in_);
     b_.MemoryKernel(copy_in_, "FSDP::cast_to_param_dtype", u.shard_numel * kFp32Bytes, shard_bytes);
   }
-  b_.Allocate("all_gather_output." + n, shard_bytes * ctx_.world_size, copy_in_);
+  b_.Allocate("all_gather_output." + n, shard_bytes * u.group_size, copy_in_);
   b_.MemoryKernel(copy_in_, "FSDP::all_gather_copy_in", shard_bytes, shard_bytes);
   if (param_dtype_ != DType::kFloat32) b_.Free("cast." + n);
   b_.Record(b_.Event("copy_in." + n), copy_in_);
   b_.Wait(all_gather_, b_.Event("copy_in." + n));
-  b_.Collective(all_gather_, "FSDP::all_gather", CollectiveType::kAllGather, dp_,
-                shard_bytes * ctx_.world_size, param_dtype_);
+  b_.Collective(all_gather_, "FSDP::all_gather", CollectiveType::kAllGather, b_.Comm(u.comm),
+                shard_bytes * u.group_size, param_dtype_);
   b_.Record(b_.Event("all_gather." + n), all_gather_);
   u.all_gather_issued = true;
 }
@@ -161,6 +473,11 @@ void Fsdp2Lowering::WaitForUnshard(size_t unit_index, bool forward) {
   b_.Allocate("unsharded." + n, unsharded_bytes, compute_);
   b_.MemoryKernel(compute_, "FSDP::all_gather_copy_out", unsharded_bytes, unsharded_bytes);
   b_.Record(b_.Event("copy_out." + n), compute_);
+  if (u.post_forward_sharded) {
+    // FSDPParam.to_unsharded drops _sharded_post_forward_param_data after the copy-out.
+    b_.Free("unsharded.post_forward." + n);
+    u.post_forward_sharded = false;
+  }
   if (forward) {
     forward_all_gather_state_ = static_cast<int64_t>(unit_index);
   } else {
@@ -182,7 +499,31 @@ void Fsdp2Lowering::ReleaseForwardAllGatherState() {
   forward_all_gather_state_ = -1;
 }
 
-// FSDPParamGroup.reshard: free the unsharded parameters (stream-ordered on compute).
+// FSDPParamGroup.reshard in the FORWARD state: nothing without a post-forward mesh
+// (_reshard_after_forward False); to_sharded_post_forward with a smaller one — clone this
+// rank's 1/k slice of the unsharded parameters (FSDPParam.to_sharded_post_forward:
+// all_gather_outputs[0].narrow(...).clone()), free them, record the reshard event; otherwise
+// free them (to_sharded).
+void Fsdp2Lowering::ReshardAfterForward(size_t unit_index) {
+  Fsdp2Unit& u = units_[unit_index];
+  if (!u.unsharded) return;
+  switch (u.after_forward) {
+    case AfterForward::kKeep: return;
+    case AfterForward::kReshard: Reshard(unit_index); return;
+    case AfterForward::kPostForward: {
+      const std::string& n = u.name;
+      const int64_t slice_bytes = UnshardedNumel(u) * ParamBytes() / u.post_forward_size;
+      b_.Allocate("unsharded.post_forward." + n, slice_bytes, compute_);
+      b_.MemoryKernel(compute_, "FSDP::to_sharded_post_forward", slice_bytes, slice_bytes);
+      Reshard(unit_index);
+      b_.Record(b_.Event("reshard_after_forward." + n), compute_);
+      u.post_forward_sharded = true;
+      return;
+    }
+  }
+}
+
+// FSDPParamGroup.reshard (to_sharded): free the unsharded parameters (stream-ordered on compute).
 void Fsdp2Lowering::Reshard(size_t unit_index) {
   Fsdp2Unit& u = units_[unit_index];
   if (!u.unsharded) return;
@@ -190,13 +531,33 @@ void Fsdp2Lowering::Reshard(size_t unit_index) {
   u.unsharded = false;
 }
 
+// FSDPState._pre_forward: FSDPParamGroup.pre_forward (unshard, wait_for_unshard), then the
+// explicit forward prefetches (_prefetch_unshard of each set_modules_to_forward_prefetch
+// target). Without explicit prefetch, the next unit's unshard is issued when the CPU reaches
+// its pre-forward while this unit still computes: FSDP2's implicit forward prefetch.
+void Fsdp2Lowering::PreForward(size_t unit) {
+  b_.HostWork("FSDP::pre_forward", ctx_.plan.host.hook_overhead_ns);
+  Unshard(unit);
+  WaitForUnshard(unit, /*forward=*/true);
+  for (size_t target : forward_prefetch_[unit]) Unshard(target);
+}
+
+// FSDPState._pre_backward -> FSDPParamGroup.pre_backward: unshard + wait (a no-op when
+// prefetched or kept), then _backward_prefetch or the explicit list.
+void Fsdp2Lowering::PreBackward(size_t unit, bool prefetch) {
+  b_.HostWork("FSDP::pre_backward", ctx_.plan.host.hook_overhead_ns);
+  Unshard(unit);
+  WaitForUnshard(unit, /*forward=*/false);
+  if (!prefetch) return;
+  for (size_t target : backward_prefetch_[unit]) Unshard(target);
+}
+
 void Fsdp2Lowering::Forward() {
-  const int64_t hook_ns = ctx_.plan.host.hook_overhead_ns;
   b_.SetPhase(Phase::kForward);
   // FSDPState._root_pre_forward: the all-gather streams wait for the current stream, so a
   // micro-batch's first all-gather does not start before the previous backward has ended.
   b_.SetModule(ctx_.modules.front().name);
-  b_.HostWork("FSDP::root_pre_forward", hook_ns);
+  b_.HostWork("FSDP::root_pre_forward", ctx_.plan.host.hook_overhead_ns);
   b_.Record(b_.Event("root_pre_forward"), compute_);
   b_.Wait(copy_in_, b_.Event("root_pre_forward"));
   b_.Wait(all_gather_, b_.Event("root_pre_forward"));
@@ -206,22 +567,23 @@ void Fsdp2Lowering::Forward() {
     const bool first_of_unit = units_[unit].modules.front() == m;
     const bool last_of_unit = units_[unit].modules.back() == m;
     b_.SetModule(module.name);
-    if (first_of_unit) {
-      // FSDPState._pre_forward -> FSDPParamGroup.pre_forward: unshard(); wait_for_unshard().
-      // The next unit's unshard is issued when the CPU reaches its pre-forward, while this
-      // unit still computes: that is FSDP2's implicit forward prefetch.
-      b_.HostWork("FSDP::pre_forward", hook_ns);
-      Unshard(unit);
-      WaitForUnshard(unit, /*forward=*/true);
-    }
+    if (first_of_unit) PreForward(unit);
+    // The nested experts' pre-forward: their all-gather (over ep_dp) after the block's own
+    // unshard, before the block's kernels (in the model the experts' hook fires inside the
+    // block, after attention; the copy-out is what the expert GEMMs wait for).
+    for (size_t experts : experts_of_module_[m]) PreForward(experts);
     b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
     EmitForwardKernels(ctx_, b_, compute_, module);
+    for (size_t experts : experts_of_module_[m]) {
+      b_.HostWork("FSDP::post_forward", ctx_.plan.host.hook_overhead_ns);
+      ReshardAfterForward(experts);
+    }
     if (last_of_unit) {
-      // FSDPState._post_forward -> FSDPParamGroup.post_forward: reshard if
+      // FSDPState._post_forward -> FSDPParamGroup.post_forward: reshard per
       // reshard_after_forward. After the last unit, the forward root (the parameter-less
-      // fully_shard(model)) frees the last all-gather state.
-      b_.HostWork("FSDP::post_forward", hook_ns);
-      if (units_[unit].reshard_after_forward) Reshard(unit);
+      // fully_shard(model), or the only unit with root_only) frees the last all-gather state.
+      b_.HostWork("FSDP::post_forward", ctx_.plan.host.hook_overhead_ns);
+      ReshardAfterForward(unit);
       if (m + 1 == ctx_.modules.size()) ReleaseForwardAllGatherState();  // the root's post_forward
     }
   }
@@ -231,8 +593,50 @@ void Fsdp2Lowering::Forward() {
 void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   Fsdp2Unit& u = units_[unit_index];
   const std::string& n = u.name;
+  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
   b_.HostWork("FSDP::post_backward", ctx_.plan.host.hook_overhead_ns);
-  Reshard(unit_index);
+  const int64_t grad_numel = GradNumel(u);
+  const std::string accumulated = "grad.accumulated." + n;
+  const auto free_grads = [&] {
+    for (const auto& [grad, numel] : u.grads) b_.Free(grad);
+  };
+  // FSDPParam.accumulate_unsharded_grad_if_needed: a gradient kept from earlier micro-batches
+  // absorbs this one (unsharded_accumulated_grad += grad; .grad = None).
+  if (u.accumulated_grad) {
+    b_.MemoryKernel(compute_, "FSDP::accumulate_unsharded_grad",
+                    grad_numel * (DTypeSize(u.accumulated_dtype) + ParamBytes()),
+                    grad_numel * DTypeSize(u.accumulated_dtype));
+    free_grads();
+  }
+  // set_reshard_after_backward(False) keeps the parameters for the next micro-batch's forward
+  // (its unshard is then a no-op). FSDP2 never reshards them by itself (finalize_backward does
+  // not): the last backward must run with it True again, or the next step would compute with
+  // stale parameters — so the last micro-batch reshards.
+  const bool reshard = cfg.reshard_after_backward || LastMicroBatch(micro_batch);
+
+  if (!ReducesThisMicroBatch(u, micro_batch)) {
+    // reduce_grads False (set_requires_gradient_sync(False)): reshard, then
+    // FSDPParam.to_accumulated_grad_if_needed — with reduce_dtype other than the parameters'
+    // dtype the unsharded gradient is cast once into unsharded_accumulated_grad; otherwise
+    // autograd keeps accumulating into the unsharded .grad (a rename here, no kernel).
+    if (reshard) Reshard(unit_index);
+    if (!u.accumulated_grad) {
+      u.accumulated_dtype = reduce_dtype_ != param_dtype_ ? reduce_dtype_ : param_dtype_;
+      if (reduce_dtype_ != param_dtype_) {
+        b_.Allocate(accumulated, grad_numel * DTypeSize(reduce_dtype_), compute_);
+        b_.MemoryKernel(compute_, "FSDP::to_accumulated_grad", grad_numel * ParamBytes(),
+                        grad_numel * DTypeSize(reduce_dtype_));
+        free_grads();
+      } else {
+        free_grads();
+        b_.Allocate(accumulated, grad_numel * ParamBytes(), compute_);
+      }
+      u.accumulated_grad = true;
+    }
+    return;
+  }
+
+  if (reshard) Reshard(unit_index);
   // The previous reduce-scatter's input is freed once the current stream has waited for it
   // (comm_ctx.reduce_scatter_state), so about one reduce-scatter runs ahead of compute.
   if (reduce_scatter_state_ >= 0) {
@@ -241,41 +645,129 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
     b_.Free("reduce_scatter_input." + prev);
     reduce_scatter_state_ = -1;
   }
-  // reduce_dtype float32: chunk_cat casts the unsharded bf16 gradients into the padded fp32
-  // reduce-scatter input on the current stream; the unsharded gradients are then dropped.
+  // foreach_reduce: the reduce-scatter input in reduce_dtype, padded to the group
+  // (_get_dim0_padded_size); chunk_cat widens (bf16 -> fp32) in one kernel, a narrowing
+  // (fp32 -> bf16) goes through a gradient-dtype buffer and a copy.
+  const DType grad_dtype = u.accumulated_grad ? u.accumulated_dtype : param_dtype_;
   const int64_t unsharded_numel = UnshardedNumel(u);
-  const int64_t grad_bytes = unsharded_numel * ParamBytes();
-  b_.Allocate("reduce_scatter_input." + n, unsharded_numel * kFp32Bytes, compute_);
-  b_.MemoryKernel(compute_, "FSDP::chunk_cat", grad_bytes, unsharded_numel * kFp32Bytes);
-  for (size_t m : u.modules) b_.Free("grad." + ctx_.modules[m].name);
-  // reduce_scatter_stream.wait_stream(current_stream), then the reduce-scatter (AVG).
+  const int64_t input_bytes = unsharded_numel * ReduceBytes();
+  b_.Allocate("reduce_scatter_input." + n, input_bytes, compute_);
+  // torch.promote_types(grad_dtype, reduce_dtype) == reduce_dtype: a widening cast.
+  const bool widening = grad_dtype == reduce_dtype_ || reduce_dtype_ == DType::kFloat32 ||
+                        reduce_dtype_ == DType::kFloat64;
+  if (!widening) {
+    b_.Allocate("reduce_scatter_input.grad_dtype." + n, unsharded_numel * DTypeSize(grad_dtype), compute_);
+    b_.MemoryKernel(compute_, "FSDP::chunk_cat", grad_numel * DTypeSize(grad_dtype),
+                    unsharded_numel * DTypeSize(grad_dtype));
+    b_.MemoryKernel(compute_, "FSDP::copy_to_reduce_dtype", unsharded_numel * DTypeSize(grad_dtype), input_bytes);
+    b_.Free("reduce_scatter_input.grad_dtype." + n);
+  } else {
+    b_.MemoryKernel(compute_, "FSDP::chunk_cat", grad_numel * DTypeSize(grad_dtype), input_bytes);
+  }
+  // "Only after the copy-in finishes can we free the gradients" (unsharded_grads.clear()).
+  if (u.accumulated_grad) {
+    b_.Free(accumulated);
+    u.accumulated_grad = false;
+  } else {
+    free_grads();
+  }
+  // reduce_scatter_stream.wait_stream(current_stream), then the reduce-scatter.
   b_.Record(b_.Event("grads_ready." + n), compute_);
   b_.Wait(reduce_scatter_, b_.Event("grads_ready." + n));
-  const int64_t shard_bytes = u.shard_numel * kFp32Bytes;
-  // The first micro-batch's reduce-scatter output becomes the sharded .grad (views into
-  // it); later ones are added into it and freed.
-  const std::string output = micro_batch == 0 ? "grad_shard." + n : "reduce_scatter_output." + n;
+
+  // The output in reduce_dtype, allocated on the reduce-scatter stream. With reduce_dtype
+  // fp32 (the sharded parameters' dtype) it becomes the sharded .grad itself (views into it)
+  // when none exists yet; otherwise it is cast / added into .grad and dropped.
+  const bool cast = reduce_dtype_ != DType::kFloat32;
+  const bool all_reduce_now = Hsdp(u) && (cfg.requires_all_reduce || LastMicroBatch(micro_batch));
+  const bool defer_all_reduce = Hsdp(u) && !all_reduce_now;
+  const int64_t shard_bytes = u.shard_numel * ReduceBytes();
+  std::string output = "reduce_scatter_output." + n;
+  bool output_is_grad = false;
+  if (defer_all_reduce && !u.partial_reduce) {
+    output = "reduce_scatter_output.partial." + n;
+  } else if (!defer_all_reduce && !cast && !u.grad_shard) {
+    output = "grad_shard." + n;
+    output_is_grad = true;
+  }
   b_.Allocate(output, shard_bytes, reduce_scatter_);
-  b_.Collective(reduce_scatter_, "FSDP::reduce_scatter", CollectiveType::kReduceScatter, dp_,
-                unsharded_numel * kFp32Bytes, DType::kFloat32);
+  // _get_gradient_divide_factors: fp32 and bf16 reduce with NCCL's AVG; other reduce dtypes
+  // (fp16) risk overflow, so SUM with a divide by about sqrt(N) before and after
+  // (_div_if_needed on the input, then on the output on the post-reduce stream).
+  const bool divide_kernels = reduce_dtype_ != DType::kFloat32 && reduce_dtype_ != DType::kBFloat16;
+  if (divide_kernels) b_.MemoryKernel(reduce_scatter_, "FSDP::predivide", input_bytes, input_bytes);
+  b_.Collective(reduce_scatter_, "FSDP::reduce_scatter", CollectiveType::kReduceScatter, b_.Comm(u.comm),
+                input_bytes, reduce_dtype_);
   // foreach_reduce records the reduce-scatter event right after the collective (it frees
   // the input); the post-reduce event follows the accumulation into .grad.
   b_.Record(b_.Event("reduce_scatter." + n), reduce_scatter_);
-  if (micro_batch > 0) {
-    b_.MemoryKernel(reduce_scatter_, "FSDP::accumulate_grad", 2 * shard_bytes, shard_bytes);
-    b_.Free(output);
+  traces::StreamIndex post_reduce = reduce_scatter_;
+
+  if (defer_all_reduce) {
+    // set_requires_all_reduce(False) (HSDP gradient accumulation with reduce-scatter only):
+    // the output accumulates into partial_reduce_output on the reduce-scatter stream and
+    // foreach_reduce returns before the all-reduce and before setting .grad.
+    if (u.partial_reduce) {
+      b_.MemoryKernel(reduce_scatter_, "FSDP::accumulate_partial_reduce", 2 * shard_bytes, shard_bytes);
+      b_.Free(output);
+    }
+    u.partial_reduce = true;
+    b_.Record(b_.Event("post_reduce." + n), reduce_scatter_);
+    last_post_reduce_rs_ = "post_reduce." + n;
+    reduce_scatter_state_ = static_cast<int64_t>(unit_index);
+    return;
   }
-  b_.Record(b_.Event("post_reduce." + n), reduce_scatter_);
+  if (all_reduce_now) {
+    if (u.partial_reduce) {  // reduce_output += partial_reduce_output
+      b_.MemoryKernel(reduce_scatter_, "FSDP::accumulate_partial_reduce", 2 * shard_bytes, shard_bytes);
+      b_.Free("reduce_scatter_output.partial." + n);
+      u.partial_reduce = false;
+    }
+    // all_reduce_stream.wait_stream(reduce_scatter_stream); all_reduce over the replicate
+    // group; the post-reduce work then runs on the all-reduce stream.
+    b_.Record(b_.Event("reduce_scatter_done." + n), reduce_scatter_);
+    b_.Wait(all_reduce_, b_.Event("reduce_scatter_done." + n));
+    b_.Collective(all_reduce_, "FSDP::all_reduce", CollectiveType::kAllReduce, b_.Comm(kCommReplicate),
+                  shard_bytes, reduce_dtype_);
+    post_reduce = all_reduce_;
+  }
+  if (divide_kernels) b_.MemoryKernel(post_reduce, "FSDP::postdivide", shard_bytes, shard_bytes);
+  std::string new_grad = output;
+  if (cast) {
+    // _to_dtype_if_needed(reduce_output, orig_dtype): a new fp32 tensor for the fp32 optimizer.
+    new_grad = u.grad_shard ? "grad_tmp." + n : "grad_shard." + n;
+    const int64_t fp32_bytes = u.shard_numel * kFp32Bytes;
+    b_.Allocate(new_grad, fp32_bytes, post_reduce);
+    b_.MemoryKernel(post_reduce, "FSDP::cast_to_orig_dtype", shard_bytes, fp32_bytes);
+    output_is_grad = !u.grad_shard;
+    // HSDP keeps the all-reduce buffer (_all_reduce_state) until the end of backward so the
+    // next reduce-scatter cannot reuse it while the all-reduce still runs.
+    if (all_reduce_now) {
+      all_reduce_state_.push_back(output);
+    } else {
+      b_.Free(output);
+    }
+  }
+  if (!output_is_grad) {
+    // The sharded .grad exists: sharded_param.grad._local_tensor += new_sharded_grad.
+    const int64_t fp32_bytes = u.shard_numel * kFp32Bytes;
+    b_.MemoryKernel(post_reduce, "FSDP::accumulate_grad", 2 * fp32_bytes, fp32_bytes);
+    if (!cast && all_reduce_now) {
+      all_reduce_state_.push_back(output);  // the fp32 all-reduce buffer, held as above
+    } else {
+      b_.Free(new_grad);
+    }
+  }
+  u.grad_shard = true;
+  b_.Record(b_.Event("post_reduce." + n), post_reduce);
+  (post_reduce == reduce_scatter_ ? last_post_reduce_rs_ : last_post_reduce_ar_) = "post_reduce." + n;
   reduce_scatter_state_ = static_cast<int64_t>(unit_index);
-  last_post_reduce_ = static_cast<int64_t>(unit_index);
 }
 
 void Fsdp2Lowering::Backward(int32_t micro_batch) {
   b_.SetPhase(Phase::kBackward);
-  // Backward order of units: the reverse of post-forward order ([norm, output] first, the
+  // Units in backward order are the reverse of post-forward order ([norm, output] first, the
   // embedding last; FSDP2's _backward_prefetch walks post_forward_order backwards).
-  std::vector<size_t> unit_order;
-  for (size_t u = units_.size(); u-- > 0;) unit_order.push_back(u);
   std::vector<bool> pre_backward_done(units_.size(), false);
   // Module order in backward: head, layers.L-1 .. layers.0, embed.
   for (size_t step = 0; step < ctx_.modules.size(); ++step) {
@@ -284,27 +776,40 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
     const size_t unit = unit_of_module_[m];
     b_.SetModule(module.name);
     if (!pre_backward_done[unit]) {
-      // FSDPParamGroup.pre_backward: unshard + wait (a no-op when prefetched or kept), then
-      // _backward_prefetch: unshard the next unit in backward order (one ahead by default).
       pre_backward_done[unit] = true;
-      b_.HostWork("FSDP::pre_backward", ctx_.plan.host.hook_overhead_ns);
-      Unshard(unit);
-      WaitForUnshard(unit, /*forward=*/false);
-      const auto pos = std::find(unit_order.begin(), unit_order.end(), unit);
-      if (pos + 1 != unit_order.end()) Unshard(*(pos + 1));
+      PreBackward(unit, /*prefetch=*/true);
     }
+    // The block's experts run first in its backward (the MoE is the block's last part); their
+    // pre-backward hook fires after the block's, so their unshard (a no-op when the previous
+    // unit prefetched them, as torchtitan's EP lists do) queues behind the block's prefetches.
+    for (size_t experts : experts_of_module_[m]) PreBackward(experts, /*prefetch=*/true);
     // Autograd allocates the unsharded gradients (param dtype) as the block's backward runs.
-    b_.Allocate("grad." + module.name, module.param_numel() * ParamBytes(), compute_);
+    // Activation checkpointing recomputes inside the unit, whose parameters are unsharded:
+    // no extra all-gather (FSDPState._pre_forward skips the unshard in PRE_BACKWARD).
+    for (const auto& [grad, numel] : units_[unit].grads) {
+      if (grad == "grad." + module.name) b_.Allocate(grad, numel * ParamBytes(), compute_);
+    }
+    for (size_t experts : experts_of_module_[m]) {
+      for (const auto& [grad, numel] : units_[experts].grads) b_.Allocate(grad, numel * ParamBytes(), compute_);
+    }
     EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module));
     b_.Free("activations." + module.name);
+    // The experts' post-backward (their input gradient is ready before attention's
+    // backward), then the unit's once its first module is done.
+    for (size_t experts : experts_of_module_[m]) PostBackward(experts, micro_batch);
     if (units_[unit].modules.front() == m) PostBackward(unit, micro_batch);
   }
-  // FSDPState._root_post_backward_final_callback: the current stream waits for the
-  // post-reduce work (the reduce-scatter stream is FIFO, so the last event covers all) and
-  // for the last reduce-scatter, whose input is then freed.
-  if (last_post_reduce_ >= 0) {
-    b_.Wait(compute_, b_.Event("post_reduce." + units_[static_cast<size_t>(last_post_reduce_)].name));
-    last_post_reduce_ = -1;
+  // FSDPState._root_post_backward_final_callback -> finalize_backward: the current stream
+  // waits for each group's post-reduce event (each stream is FIFO, so its last event covers
+  // the others) and for the last reduce-scatter, whose input is then freed; HSDP's
+  // all-reduce buffers (_all_reduce_state) are dropped.
+  if (!last_post_reduce_rs_.empty()) {
+    b_.Wait(compute_, b_.Event(last_post_reduce_rs_));
+    last_post_reduce_rs_.clear();
+  }
+  if (!last_post_reduce_ar_.empty()) {
+    b_.Wait(compute_, b_.Event(last_post_reduce_ar_));
+    last_post_reduce_ar_.clear();
   }
   if (reduce_scatter_state_ >= 0) {
     const std::string& prev = units_[static_cast<size_t>(reduce_scatter_state_)].name;
@@ -312,13 +817,16 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
     b_.Free("reduce_scatter_input." + prev);
     reduce_scatter_state_ = -1;
   }
+  for (const std::string& buffer : all_reduce_state_) b_.Free(buffer);
+  all_reduce_state_.clear();
 }
 
 }  // namespace
 
 StatusOr<LoweredPrograms> LowerFsdp2(const LoweringContext& ctx) {
   LoweredPrograms out;
-  out.programs.push_back(Fsdp2Lowering(ctx).Lower());
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Program program, Fsdp2Lowering(ctx).Lower());
+  out.programs.push_back(std::move(program));
   return out;
 }
 
