@@ -177,7 +177,7 @@ TEST(Pipeline, TraceHasTracksKernelsCollectivesAndFlows) {
       EXPECT_GE(s.tid, 1);
       if (s.collective) {
         ++collectives;
-        EXPECT_EQ(s.collective->process_group, "dp");
+        EXPECT_EQ(s.collective->process_group, "dp_shard");
         EXPECT_EQ(s.collective->group_size, 8);
         EXPECT_EQ(s.name.rfind("ncclDevKernel_", 0), 0u);
       }
@@ -187,8 +187,9 @@ TEST(Pipeline, TraceHasTracksKernelsCollectivesAndFlows) {
   EXPECT_EQ(kernels, launches);
   EXPECT_EQ(static_cast<int64_t>(run.timeline.flows.size()), launches);
   // FSDP2 on 4 units (embedding, 2 blocks, [norm, output]): 4 forward and 3 backward
-  // all-gathers (the head stays unsharded), 4 reduce-scatters; on 2 traced ranks.
-  EXPECT_EQ(collectives, 2 * (4 + 3 + 4));
+  // all-gathers (the head stays unsharded), 4 reduce-scatters, clip_grad_norm_'s all-reduce;
+  // on 2 traced ranks.
+  EXPECT_EQ(collectives, 2 * (4 + 3 + 4 + 1));
   for (const traces::Flow& f : run.timeline.flows) EXPECT_LE(f.from_ts_ns, f.to_ts_ns);
 }
 
@@ -199,7 +200,7 @@ TEST(Pipeline, CollectivesOfOneGroupCarryMatchingSequenceNumbers) {
   for (const traces::Slice& s : run.timeline.slices) {
     if (s.collective) by_seq[s.collective->seq].push_back({s.pid, s.ts_ns});
   }
-  ASSERT_EQ(by_seq.size(), 11u);
+  ASSERT_EQ(by_seq.size(), 12u);
   for (const auto& [seq, starts] : by_seq) {
     ASSERT_EQ(starts.size(), 2u) << "seq " << seq;
     EXPECT_EQ(starts[0].second, starts[1].second) << "a collective starts on every member at once";
