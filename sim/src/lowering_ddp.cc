@@ -81,6 +81,13 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
 
   for (int32_t mb = 0; mb < plan.training.grad_accum_steps; ++mb) {
     b.SetMicroBatch(mb);
+    // ddp.no_sync: every micro-batch but the last runs under DistributedDataParallel.no_sync()
+    // (torch/nn/parallel/distributed.py): require_backward_grad_sync is False, so forward
+    // does not call reducer.prepare_for_backward and Reducer::autograd_hook returns before
+    // mark_variable_ready (reducer.cpp: expect_autograd_hooks_ is false) — no bucket copy,
+    // no all-reduce, gradients accumulate locally in .grad. The last micro-batch syncs the
+    // accumulated gradients.
+    const bool sync = !plan.ddp.no_sync || mb + 1 == plan.training.grad_accum_steps;
     b.SetPhase(Phase::kForward);
     for (const ModuleKernels& module : ctx.modules) {
       b.SetModule(module.name);
@@ -128,6 +135,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
         b.Free(grad);
       }
       b.Free("activations." + module.name);
+      if (!sync) continue;
       // Reducer::autograd_hook -> mark_variable_ready: copy the gradient into its bucket
       // (gradient_as_bucket_view=False), launch every bucket now complete, in order.
       b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);
@@ -146,7 +154,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
     // (future_work->wait() makes the current stream wait), then copy the averaged bucket
     // back into .grad — so early buckets' copies overlap later all-reduces.
     b.SetModule("");
-    for (size_t i = 0; i < buckets.size(); ++i) {
+    for (size_t i = 0; sync && i < buckets.size(); ++i) {
       b.Wait(compute, b.Event(fmt::format("bucket_done.{}", i)));
       b.MemoryKernel(compute, "DDP::copy_bucket_to_grad", buckets[i].bytes, buckets[i].bytes);
     }
@@ -154,6 +162,10 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
 
   b.SetPhase(Phase::kOptimizer);
   b.SetMicroBatch(-1);
+  // clip_grad_norm_ before the step: DDP gradients are replicated (all-reduced), so every
+  // rank computes the same total norm locally — no collective.
+  b.SetModule("");
+  EmitClipGradNorm(ctx, b, compute, total_numel, /*sharded=*/false, dp);
   for (const ModuleKernels& module : ctx.modules) {
     b.SetModule(module.name);
     b.HostWork("python op", plan.host.python_op_overhead_ns);

@@ -1,11 +1,790 @@
-// Lowering of zero (in progress on a branch; LowerPlan reports it as not lowered meanwhile).
+// Lowering of DeepSpeed ZeRO stages 1, 2 and 3 (deepspeed/runtime/zero/).
+//
+// ZeRO-1/2 follow stage_1_and_2.py (DeepSpeedZeroOptimizer), ZeRO-3 follows stage3.py
+// (DeepSpeedZeroOptimizer_Stage3), partitioned_param_coordinator.py
+// (PartitionedParameterCoordinator) and partition_parameters.py (all_gather_coalesced).
+// Knob names and defaults: runtime/zero/config.py (plan.h ZeroConfig).
+//
+// Data types: parameters and gradients in the model dtype (training.dtype, bf16);
+// engine.py get_data_types gives grad_accum_dtype = model dtype under ZeRO, and the
+// reductions run in communication_data_type, the model dtype by default. The optimizer keeps
+// the fp32 master partition and the two fp32 Adam moments (12 bytes per partitioned element).
+//
+// Expert parallelism is not lowered for ZeRO (DeepSpeed partitions expert parameters over
+// the expert-data-parallel group, a separate optimizer group): LowerZero reports it.
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
 #include "lowering_internal.h"
 
 namespace shardscope::sim {
+namespace {
+
+using traces::CollectiveType;
+using traces::DType;
+using traces::DTypeSize;
+using traces::Phase;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
+// ---------------------------------------------------------------------------------------
+// ZeRO-1 and ZeRO-2: stage_1_and_2.py DeepSpeedZeroOptimizer.
+//
+// One optimizer parameter group: every bit16 parameter lives in one flat buffer
+// (bit16_groups_flat, flatten_dense_tensors_aligned to nccl_start_alignment_factor (2) x
+// world size), replicated on every rank; each rank owns one equal partition of it as an fp32
+// master copy (single_partition_of_fp32_groups) with the Adam moments.
+
+class Zero12Lowering {
+ public:
+  explicit Zero12Lowering(const LoweringContext& ctx)
+      : ctx_(ctx), stage2_(ctx.plan.strategy == Strategy::kZero2), b_(stage2_ ? "zero2" : "zero1") {}
+  traces::Program Lower();
+
+ private:
+  void AddGradToIpgBucket(int64_t numel);
+  void ReduceIpgGrads();
+  int64_t ElementBytes() const { return DTypeSize(ctx_.compute_dtype); }
+
+  const LoweringContext& ctx_;
+  const bool stage2_;
+  ProgramBuilder b_;
+  traces::StreamIndex compute_ = 0, reduction_ = 0;
+  traces::CommSlot dp_ = 0;
+  int64_t elements_in_ipg_bucket_ = 0;
+  int32_t reductions_ = 0;
+};
+
+traces::Program Zero12Lowering::Lower() {
+  const Plan& plan = ctx_.plan;
+  const ZeroConfig& zero = plan.zero;
+  const int64_t world = ctx_.world_size;
+  const int64_t es = ElementBytes();
+  compute_ = b_.Stream("compute", 0);
+  // DeepSpeedZeroOptimizer.__init__: with overlap_comm the reductions run on their own
+  // stream (reduction_stream = get_accelerator().Stream()), otherwise on the current stream.
+  reduction_ = zero.overlap_comm ? b_.Stream("reduction", 0) : compute_;
+  dp_ = b_.Comm(kCommWorld);
+
+  int64_t total_numel = 0;
+  for (const ModuleKernels& module : ctx_.modules) total_numel += module.param_numel();
+  // flatten_dense_tensors_aligned(..., nccl_start_alignment_factor * world size): the flat
+  // group is padded so that it splits into `world` equal partitions.
+  const int64_t flat_numel = RoundUp(total_numel, 2 * world);
+  const int64_t partition_numel = flat_numel / world;
+
+  // Model states. bit16_groups_flat (the replicated parameters), the fp32 master partition
+  // and the Adam moments of the partition (created by the first step and kept), and
+  // grads_in_partition: the contiguous buffer copy_grads_in_partition allocates once for
+  // the rank's own gradient slice (contiguous_gradients) and keeps.
+  b_.SetPhase(Phase::kNone);
+  b_.Allocate("unsharded.bit16_groups_flat", flat_numel * es, compute_);
+  b_.Allocate("param_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.Allocate("exp_avg.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.Allocate("exp_avg_sq.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  if (zero.contiguous_gradients) b_.Allocate("grad_shard.grads_in_partition", partition_numel * es, compute_);
+
+  const int32_t steps = std::max<int32_t>(1, plan.training.grad_accum_steps);
+  for (int32_t mb = 0; mb < steps; ++mb) {
+    const bool boundary = mb + 1 == steps;
+    // reduce_ready_partitions_and_remove_grads: stage 2 (partition_gradients) reduces every
+    // micro-step; stage 1 only when is_gradient_accumulation_boundary. In between, stage 1
+    // lets autograd accumulate the full bit16 gradients in .grad.
+    const bool reduce = stage2_ || boundary;
+    b_.SetMicroBatch(mb);
+    b_.SetPhase(Phase::kForward);
+    for (const ModuleKernels& module : ctx_.modules) {
+      b_.SetModule(module.name);
+      b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
+      EmitForwardKernels(ctx_, b_, compute_, module);
+    }
+
+    b_.SetPhase(Phase::kBackward);
+    b_.SetModule("");
+    // DeepSpeedZeroOptimizer.backward: with contiguous_gradients, allocate the IPG buffer of
+    // reduce_bucket_size elements for this backward, and a second one with overlap_comm
+    // ("double buffers to avoid data access conflict").
+    const int32_t ipg_buffers = zero.contiguous_gradients ? (zero.overlap_comm ? 2 : 1) : 0;
+    for (int32_t i = 0; i < ipg_buffers; ++i) {
+      b_.Allocate(fmt::format("bucket.ipg.{}", i), zero.reduce_bucket_size * es, compute_);
+    }
+    for (size_t step = 0; step < ctx_.modules.size(); ++step) {
+      const ModuleKernels& module = ctx_.modules[ctx_.modules.size() - 1 - step];
+      b_.SetModule(module.name);
+      const int64_t grad_bytes = module.param_numel() * es;
+      // Autograd: the first micro-step's gradients become .grad (zero_grad(set_to_none) left
+      // none); later ones are added into the kept .grad (stage 1 only: stage 2 moved them).
+      const bool accumulate = !stage2_ && mb > 0;
+      b_.Allocate(accumulate ? "grad_tmp." + module.name : "grad." + module.name, grad_bytes, compute_);
+      EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module));
+      if (accumulate) {
+        b_.MemoryKernel(compute_, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
+        b_.Free("grad_tmp." + module.name);
+      }
+      b_.Free("activations." + module.name);
+      // create_reduce_and_remove_grad_hooks: one Python hook per parameter on its
+      // AccumulateGrad node, in reverse order of the forward.
+      for (auto it = module.params.rbegin(); it != module.params.rend(); ++it) {
+        b_.HostWork("ZeRO::reduce_partition_and_remove_grads", plan.host.hook_overhead_ns);
+        if (reduce) AddGradToIpgBucket(it->numel);
+      }
+      // The gradient now lives in the IPG buffer (grad.data = the buffer's slice): the
+      // autograd tensor is dropped.
+      if (reduce) b_.Free("grad." + module.name);
+    }
+    b_.SetModule("");
+    if (reduce) {
+      // independent_gradient_partition_epilogue: reduce what is left in the bucket; with
+      // overlap_comm, get_accelerator().synchronize() before the partition is read.
+      ReduceIpgGrads();
+      if (zero.overlap_comm) b_.DeviceSync("ZeRO::ipg_epilogue.synchronize");
+      // averaged_gradients: later micro-steps add the new partition into the kept one.
+      if (mb > 0) b_.MemoryKernel(compute_, "ZeRO::accumulate_averaged_gradients", 2 * partition_numel * es,
+                                  partition_numel * es);
+    }
+    // _release_ipg_buffers (epilogue); a non-reducing stage-1 backward drops them when the
+    // next backward replaces self.ipg_buffer.
+    for (int32_t i = 0; i < ipg_buffers; ++i) b_.Free(fmt::format("bucket.ipg.{}", i));
+  }
+
+  // DeepSpeedZeroOptimizer.step: the gradient norm over the partition (get_grad_norm_direct,
+  // all_reduce of the norm over the data-parallel group); the partition's gradient as one
+  // flat fp32 tensor (single_grad_partition); unscale_and_clip_grads; the optimizer on the
+  // fp32 partition; the fp32 gradient dropped; the bit16 partition updated from the fp32
+  // master; then all_gather_dp_groups.
+  b_.SetPhase(Phase::kOptimizer);
+  b_.SetMicroBatch(-1);
+  b_.SetModule("");
+  b_.HostWork("python op", plan.host.python_op_overhead_ns);
+  b_.Allocate("grad_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.MemoryKernel(compute_, "ZeRO::flatten_grad_partition_to_fp32", partition_numel * es,
+                  partition_numel * kFp32Bytes);
+  EmitClipGradNorm(ctx_, b_, compute_, partition_numel, /*sharded=*/true, dp_);
+  EmitAdamW(b_, compute_, partition_numel);
+  b_.Free("grad_shard.fp32_partition");
+  b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,
+                  partition_numel * es);
+  // runtime/utils.py all_gather_dp_groups: where torch has all_gather_into_tensor (every
+  // current version), all_gather_into_tensor_dp_groups issues one all_gather_into_tensor
+  // of the whole flat group per parameter group, synchronously on the current stream; the
+  // allgather_bucket_size chunking survives only in the fallback path.
+  b_.Collective(compute_, "ZeRO::all_gather_dp_groups", CollectiveType::kAllGather, dp_, flat_numel * es,
+                ctx_.compute_dtype);
+  return b_.Finish();
+}
+
+// reduce_independent_p_g_buckets_and_remove_grads: a gradient that would overflow the bucket
+// first triggers reduce_ipg_grads (and, with contiguous_gradients and overlap_comm, a swap to
+// the other IPG buffer); the gradient is then copied into the IPG buffer on the current
+// stream (contiguous_gradients), except a parameter larger than the bucket, reduced from its
+// own gradient (extra_large_param_to_reduce).
+void Zero12Lowering::AddGradToIpgBucket(int64_t numel) {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  if (elements_in_ipg_bucket_ + numel > zero.reduce_bucket_size) ReduceIpgGrads();
+  if (zero.contiguous_gradients && numel <= zero.reduce_bucket_size) {
+    b_.MemoryKernel(compute_, "ZeRO::copy_grad_to_ipg_buffer", numel * ElementBytes(), numel * ElementBytes());
+  }
+  elements_in_ipg_bucket_ += numel;
+}
+
+// reduce_ipg_grads -> average_tensor (reduce_scatter=True, the default) ->
+// allreduce_and_scatter -> allreduce_and_copy_with_multiple_ranks -> allreduce_bucket.
+// With overlap_comm the reduction stream waits on the current stream and the current stream
+// waits on the reduction stream (so the previous bucket's reduction finishes before the
+// other IPG buffer is refilled). On the reduction stream: the bucket is divided by the world
+// size (tensor.div_), the per-rank slices are flattened (a new tensor: torch.cat), the flat
+// bucket is all-reduced (use_multi_rank_bucket_allreduce: one all_reduce of the whole bucket,
+// not a reduce-scatter), and each rank copies back only the slices it owns. Then
+// copy_grads_in_partition copies the rank's slice into grads_in_partition.
+void Zero12Lowering::ReduceIpgGrads() {
+  if (elements_in_ipg_bucket_ == 0) return;
+  const int64_t es = ElementBytes();
+  const int64_t bucket_bytes = elements_in_ipg_bucket_ * es;
+  const int64_t own_bytes = CeilDiv(elements_in_ipg_bucket_, ctx_.world_size) * es;
+  if (reduction_ != compute_) {
+    const std::string n = std::to_string(reductions_);
+    b_.Record(b_.Event("ipg_ready." + n), compute_);
+    b_.Record(b_.Event("reduction_drained." + n), reduction_);
+    b_.Wait(reduction_, b_.Event("ipg_ready." + n));
+    b_.Wait(compute_, b_.Event("reduction_drained." + n));
+  }
+  b_.MemoryKernel(reduction_, "ZeRO::average_tensor.div_", bucket_bytes, bucket_bytes);
+  b_.Allocate("reduce_scatter_input.flat_bucket", bucket_bytes, reduction_);
+  b_.MemoryKernel(reduction_, "ZeRO::allreduce_bucket.flatten", bucket_bytes, bucket_bytes);
+  b_.Collective(reduction_, "ZeRO::allreduce_bucket", CollectiveType::kAllReduce, dp_, bucket_bytes,
+                ctx_.compute_dtype);
+  b_.MemoryKernel(reduction_, "ZeRO::copy_own_slices", own_bytes, own_bytes);
+  b_.Free("reduce_scatter_input.flat_bucket");
+  if (ctx_.plan.zero.contiguous_gradients) {
+    b_.MemoryKernel(reduction_, "ZeRO::copy_grads_in_partition", own_bytes, own_bytes);
+  }
+  elements_in_ipg_bucket_ = 0;
+  ++reductions_;
+}
+
+// ---------------------------------------------------------------------------------------
+// ZeRO-3.
+//
+// Submodules: DeepSpeed registers its hooks on every nn.Module (parameter_offload.py
+// DeepSpeedZeRoOffload._register_hooks_recursively) and fetches a module's own parameters
+// (iter_params with recurse=False). The decomposition gives parameter tensors, not modules:
+// one submodule per distinct parameter-name prefix (attention_norm, attention.wq, ...,
+// feed_forward.w2) stands for the leaf modules that hold parameters. Container modules (the
+// block, attention, feed_forward) hold none, so their hooks fetch nothing; their hook time
+// is not charged (estimate). A module's kernels are divided in order among its submodules
+// (estimate: the decomposition does not say which kernel belongs to which leaf).
+
+struct Zero3Submodule {
+  std::string name;             // "layers.0.attention.wq"
+  size_t module = 0;            // index into ctx.modules
+  size_t first = 0, count = 0;  // its share of the module's submodules (for kernel slices)
+  int64_t numel = 0;            // all its parameters (ds_numel)
+  int64_t fetch_numel = 0;      // its non-persistent parameters
+  int64_t fetch_partition = 0;  // sum of ceil(numel / world) over its non-persistent parameters
+  int64_t persistent_numel = 0;
+  int64_t persistent_padded = 0;
+  std::vector<int64_t> param_numels;
+};
+
+enum class ParamStatus : uint8_t { kNotAvailable, kInflight, kAvailable };
+
+class Zero3Lowering {
+ public:
+  explicit Zero3Lowering(const LoweringContext& ctx) : ctx_(ctx), b_("zero3") {}
+  traces::Program Lower();
+
+ private:
+  int64_t ElementBytes() const { return DTypeSize(ctx_.compute_dtype); }
+  void BuildSubmodules();
+  void BuildTrace();
+  void ResetStep();
+  void AllGatherParams(const std::vector<size_t>& subs);
+  void FetchSubModule(size_t sub);
+  void ReleaseSubModule(size_t sub);
+  void ReleaseAll();
+  void ForwardSlice(size_t sub);
+  void BackwardSlice(size_t sub);
+  void ReduceIndependent(size_t sub, int32_t micro_batch);
+  void ReduceAndPartitionIpgGrads(int32_t micro_batch);
+
+  const LoweringContext& ctx_;
+  ProgramBuilder b_;
+  traces::StreamIndex compute_ = 0, all_gather_ = 0, reduce_ = 0;
+  traces::CommSlot dp_ = 0;
+  std::vector<Zero3Submodule> subs_;
+  std::vector<std::vector<size_t>> subs_of_module_;
+  std::vector<size_t> trace_;  // submodule fetched at each step (forward, then backward)
+
+  // PartitionedParameterCoordinator state.
+  std::vector<ParamStatus> status_;
+  std::vector<int64_t> handle_of_;          // the all-gather handle of an inflight submodule
+  std::vector<bool> in_registry_;           // __inflight_param_registry holds it
+  std::vector<int64_t> most_recent_step_;   // __most_recent_step_id_param_fetched_for
+  std::deque<size_t> param_queue_;          // trace steps not yet popped (__param_queue)
+  struct Handle {
+    std::vector<size_t> subs;
+    int64_t flat_bytes = 0;
+    bool complete = false;
+  };
+  std::vector<Handle> handles_;
+  int64_t n_available_ = 0;
+  size_t step_id_ = 0;
+  std::deque<int64_t> ongoing_fetch_events_;
+  int64_t fetch_events_ = 0;
+  int64_t stream_waits_ = 0;
+
+  // Gradient reduction state (stage3.py).
+  int64_t elements_in_ipg_bucket_ = 0;
+  int64_t padded_in_ipg_bucket_ = 0;
+  std::vector<std::string> grads_to_free_at_reduce_;
+  std::deque<int64_t> param_reduce_events_;
+  int64_t reduce_events_ = 0;
+  int64_t grad_ready_events_ = 0;
+};
+
+void Zero3Lowering::BuildSubmodules() {
+  const int64_t world = ctx_.world_size;
+  const int64_t threshold = ctx_.plan.zero.stage3_param_persistence_threshold;
+  subs_of_module_.resize(ctx_.modules.size());
+  for (size_t m = 0; m < ctx_.modules.size(); ++m) {
+    const ModuleKernels& module = ctx_.modules[m];
+    std::map<std::string, size_t> by_prefix;
+    for (const ParamTensor& p : module.params) {
+      const size_t dot = p.name.rfind('.');
+      const std::string prefix = dot == std::string::npos ? p.name : p.name.substr(0, dot);
+      auto it = by_prefix.find(prefix);
+      if (it == by_prefix.end()) {
+        it = by_prefix.emplace(prefix, subs_.size()).first;
+        Zero3Submodule sub;
+        sub.name = module.name + "." + prefix;
+        sub.module = m;
+        subs_.push_back(sub);
+        subs_of_module_[m].push_back(it->second);
+      }
+      Zero3Submodule& sub = subs_[it->second];
+      sub.numel += p.numel;
+      sub.param_numels.push_back(p.numel);
+      // parameter_offload.py mark_persistent_parameters / config.py
+      // stage3_param_persistence_threshold: parameters below the threshold are kept whole
+      // on every rank (ds_persist) and never released.
+      if (p.numel < threshold) {
+        sub.persistent_numel += p.numel;
+        sub.persistent_padded += RoundUp(p.numel, world);
+      } else {
+        sub.fetch_numel += p.numel;
+        // partition_parameters.py _partition_param: each rank holds ceil(numel / world).
+        sub.fetch_partition += CeilDiv(p.numel, world);
+      }
+    }
+    for (size_t i = 0; i < subs_of_module_[m].size(); ++i) {
+      subs_[subs_of_module_[m][i]].first = i;
+      subs_[subs_of_module_[m][i]].count = subs_of_module_[m].size();
+    }
+  }
+}
+
+// The trace (PartitionedParameterCoordinator.record_module, complete after the first step):
+// the submodules in fetch order — forward order, then in backward the reverse order; a
+// checkpointed block's recompute fetches its submodules in forward order again first.
+void Zero3Lowering::BuildTrace() {
+  for (size_t m = 0; m < ctx_.modules.size(); ++m) {
+    for (size_t s : subs_of_module_[m]) trace_.push_back(s);
+  }
+  for (size_t step = 0; step < ctx_.modules.size(); ++step) {
+    const size_t m = ctx_.modules.size() - 1 - step;
+    if (Checkpointed(ctx_, ctx_.modules[m])) {
+      for (size_t s : subs_of_module_[m]) trace_.push_back(s);
+    }
+    for (auto it = subs_of_module_[m].rbegin(); it != subs_of_module_[m].rend(); ++it) trace_.push_back(*it);
+  }
+}
+
+// PartitionedParameterCoordinator.reset_step: the step counter and the prefetch queue
+// (every parameter of the trace in order) start again each forward+backward.
+void Zero3Lowering::ResetStep() {
+  step_id_ = 0;
+  param_queue_.clear();
+  for (size_t t = 0; t < trace_.size(); ++t) param_queue_.push_back(t);
+  std::fill(most_recent_step_.begin(), most_recent_step_.end(), -1);
+}
+
+// __all_gather_params -> partition_parameters.py all_gather_coalesced, on the all-gather
+// stream: one flat buffer for the set (partition_sz x world, the model dtype), the local
+// partitions copied in, one all_gather_into_tensor. __n_available_params counts ds_numel.
+void Zero3Lowering::AllGatherParams(const std::vector<size_t>& candidates) {
+  std::vector<size_t> subs;
+  int64_t partition = 0;
+  for (size_t s : candidates) {
+    if (status_[s] != ParamStatus::kNotAvailable || subs_[s].fetch_numel == 0) continue;
+    subs.push_back(s);
+    partition += subs_[s].fetch_partition;
+  }
+  if (subs.empty()) return;
+  const int64_t es = ElementBytes();
+  const int64_t id = static_cast<int64_t>(handles_.size());
+  Handle handle{subs, partition * ctx_.world_size * es, false};
+  const std::string flat = fmt::format("all_gather_output.h{}", id);
+  b_.Allocate(flat, handle.flat_bytes, all_gather_);
+  b_.MemoryKernel(all_gather_, "ZeRO::all_gather_coalesced.copy_in", partition * es, partition * es);
+  b_.Collective(all_gather_, "ZeRO::all_gather_coalesced", CollectiveType::kAllGather, dp_, handle.flat_bytes,
+                ctx_.compute_dtype);
+  for (size_t s : subs) {
+    status_[s] = ParamStatus::kInflight;
+    handle_of_[s] = id;
+    in_registry_[s] = true;
+    n_available_ += subs_[s].fetch_numel;
+  }
+  handles_.push_back(std::move(handle));
+}
+
+// PartitionedParameterCoordinator.fetch_sub_module.
+void Zero3Lowering::FetchSubModule(size_t s) {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  const int64_t es = ElementBytes();
+  const size_t step = step_id_;
+  // 1. kick off the all-gather of the submodule's own parameters.
+  if (status_[s] == ParamStatus::kNotAvailable) AllGatherParams({s});
+  // 2. wait for them. With more than __max_ongoing_fetch_events (2) recorded fetch events,
+  // the host synchronizes the oldest (completed ones are dropped first with query(); an
+  // event synchronize on a completed event returns at once, so always synchronizing the
+  // oldest is the same). handle.wait(): the flat buffer is copied out into each parameter
+  // (torch.cat per parameter, record_stream on the consumer) and freed; an event is recorded
+  // on the all-gather stream.
+  if (in_registry_[s]) {
+    if (ongoing_fetch_events_.size() > 2) {
+      b_.EventSync("ZeRO::fetch_event.synchronize",
+                   b_.Event(fmt::format("fetch_event.{}", ongoing_fetch_events_.front())));
+      ongoing_fetch_events_.pop_front();
+    }
+    Handle& handle = handles_[static_cast<size_t>(handle_of_[s])];
+    if (!handle.complete) {
+      for (size_t h : handle.subs) {
+        const std::string unsharded = "unsharded." + subs_[h].name;
+        b_.Allocate(unsharded, subs_[h].fetch_numel * es, all_gather_);
+        b_.MemoryKernel(all_gather_, "ZeRO::all_gather_coalesced.wait.cat", subs_[h].fetch_numel * es,
+                        subs_[h].fetch_numel * es);
+        b_.RecordStream(unsharded, compute_);
+        status_[h] = ParamStatus::kAvailable;
+      }
+      b_.Free(fmt::format("all_gather_output.h{}", handle_of_[s]));
+      handle.complete = true;
+    }
+    in_registry_[s] = false;
+    const int64_t event = fetch_events_++;
+    b_.Record(b_.Event(fmt::format("fetch_event.{}", event)), all_gather_);
+    ongoing_fetch_events_.push_back(event);
+    if (zero.legacy_stream_sync_in_fetch_release) {
+      // 2021 behaviour (DeepSpeed issue #1069 / PR #1170 "ZeRO-3 Slowdown", fixed by the
+      // coordinator rewrite in PR #1453): a blocking synchronize of the all-gather stream in
+      // fetch. Not confirmed line by line in the old source (estimate from the reports).
+      b_.StreamSync("ZeRO::legacy.all_gather_stream.synchronize", all_gather_);
+    }
+  }
+  // current_stream().wait_stream(allgather_stream).
+  const std::string waited = fmt::format("all_gather_stream.{}", stream_waits_++);
+  b_.Record(b_.Event(waited), all_gather_);
+  b_.Wait(compute_, b_.Event(waited));
+  if (zero.legacy_debug_norm_sync && subs_[s].fetch_numel > 0) {
+    // 2021 behaviour: a debug string built on every fetch formatted tensor.norm() of the
+    // gathered parameters even when not printed — a reduction kernel and, for the value, a
+    // device synchronization. Not confirmed in the old source (estimate from the reports).
+    b_.MemoryKernel(compute_, "ZeRO::legacy.debug_norm", subs_[s].fetch_numel * es, kFp32Bytes);
+    b_.DeviceSync("ZeRO::legacy.debug_norm.item");
+  }
+  // 3. prefetch from the trace: first pop the current submodule's own entry (when it was not
+  // already fetched for this step), then pop entries while the numel to prefetch stays below
+  // min(max_live_parameters - available, prefetch_bucket_size); a NOT_AVAILABLE submodule
+  // is prefetched, an available one only has its most recent use advanced (so its release
+  // keeps it). All prefetched parameters go in one all_gather_coalesced.
+  if (most_recent_step_[s] < static_cast<int64_t>(step)) {
+    while (!param_queue_.empty() && param_queue_.front() <= step) {
+      const size_t t = param_queue_.front();
+      param_queue_.pop_front();
+      most_recent_step_[trace_[t]] = std::max(most_recent_step_[trace_[t]], static_cast<int64_t>(t));
+      if (t == step) break;
+    }
+  }
+  if (zero.stage3_prefetch_bucket_size > 0) {
+    const int64_t max_to_prefetch =
+        std::min(zero.stage3_max_live_parameters - n_available_, zero.stage3_prefetch_bucket_size);
+    std::vector<size_t> to_prefetch;
+    int64_t numel_prefetching = 0;
+    while (!param_queue_.empty() && numel_prefetching < max_to_prefetch) {
+      const size_t t = param_queue_.front();
+      param_queue_.pop_front();
+      const size_t p = trace_[t];
+      const bool do_prefetch = status_[p] == ParamStatus::kNotAvailable && subs_[p].fetch_numel > 0 &&
+                               std::find(to_prefetch.begin(), to_prefetch.end(), p) == to_prefetch.end();
+      most_recent_step_[p] = std::max(most_recent_step_[p], static_cast<int64_t>(t));
+      if (do_prefetch) {
+        to_prefetch.push_back(p);
+        numel_prefetching += subs_[p].fetch_numel;
+      }
+    }
+    if (zero.legacy_prefetch_first_param_only && to_prefetch.size() > 1) {
+      // 2021 behaviour (DeepSpeed issue #1069: the step id was off by one, so the trace
+      // lookups missed and prefetching effectively stopped): only the first candidate is
+      // gathered ahead; the others were popped and are fetched on demand.
+      to_prefetch.erase(to_prefetch.begin() + 1, to_prefetch.end());
+    }
+    AllGatherParams(to_prefetch);
+  }
+  ++step_id_;
+}
+
+// PartitionedParameterCoordinator.release_sub_module -> __params_to_release: not persistent,
+// not already fetched for a later step by a prefetch that skipped it, and not used again
+// within stage3_max_reuse_distance elements of the trace from the current step
+// (params_traversed counts ds_numel of every submodule passed).
+void Zero3Lowering::ReleaseSubModule(size_t s) {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  if (zero.legacy_stream_sync_in_fetch_release) {
+    b_.StreamSync("ZeRO::legacy.all_gather_stream.synchronize", all_gather_);
+  }
+  if (status_[s] != ParamStatus::kAvailable || subs_[s].fetch_numel == 0) return;
+  if (most_recent_step_[s] > static_cast<int64_t>(step_id_)) return;
+  int64_t traversed = 0;
+  for (size_t t = step_id_; t < trace_.size(); ++t) {
+    if (traversed >= zero.stage3_max_reuse_distance) break;
+    if (trace_[t] == s) return;
+    traversed += subs_[trace_[t]].numel;
+  }
+  // __release_param -> param.partition(): the gathered data is freed.
+  b_.Free("unsharded." + subs_[s].name);
+  status_[s] = ParamStatus::kNotAvailable;
+  n_available_ -= subs_[s].fetch_numel;
+}
+
+// The end of a forward+backward: whatever is still gathered goes back to its partition
+// (release_and_reset_all waits for in-flight gathers first).
+void Zero3Lowering::ReleaseAll() {
+  for (size_t s = 0; s < subs_.size(); ++s) {
+    if (status_[s] == ParamStatus::kInflight) {
+      Handle& handle = handles_[static_cast<size_t>(handle_of_[s])];
+      if (!handle.complete) {
+        for (size_t h : handle.subs) status_[h] = ParamStatus::kNotAvailable;
+        b_.Free(fmt::format("all_gather_output.h{}", handle_of_[s]));
+        handle.complete = true;
+      }
+    }
+    in_registry_[s] = false;
+    if (status_[s] == ParamStatus::kAvailable && subs_[s].fetch_numel > 0) {
+      b_.Free("unsharded." + subs_[s].name);
+    }
+    if (subs_[s].fetch_numel > 0) status_[s] = ParamStatus::kNotAvailable;
+  }
+  n_available_ = 0;
+}
+
+void Zero3Lowering::ForwardSlice(size_t s) {
+  const Zero3Submodule& sub = subs_[s];
+  const ModuleKernels& module = ctx_.modules[sub.module];
+  ModuleKernels slice = module;
+  const size_t k = module.forward.size();
+  slice.forward.assign(module.forward.begin() + static_cast<std::ptrdiff_t>(sub.first * k / sub.count),
+                       module.forward.begin() + static_cast<std::ptrdiff_t>((sub.first + 1) * k / sub.count));
+  EmitForwardKernels(ctx_, b_, compute_, slice);
+}
+
+// The backward kernels run in reverse forward order; the submodule that is r-th from the end
+// takes the r-th share.
+void Zero3Lowering::BackwardSlice(size_t s) {
+  const Zero3Submodule& sub = subs_[s];
+  const ModuleKernels& module = ctx_.modules[sub.module];
+  ModuleKernels slice = module;
+  const size_t k = module.backward.size();
+  const size_t r = sub.count - 1 - sub.first;
+  slice.backward.assign(module.backward.begin() + static_cast<std::ptrdiff_t>(r * k / sub.count),
+                        module.backward.begin() + static_cast<std::ptrdiff_t>((r + 1) * k / sub.count));
+  EmitBackwardKernels(ctx_, b_, compute_, slice, /*recompute=*/false);
+}
+
+// stage3.py reduce_independent_p_g_buckets_and_remove_grads (per parameter, from the
+// gradient hook): a non-empty bucket that would overflow is reduced first; then
+// __add_grad_to_ipg_bucket: the reduce stream waits on the default stream and, with
+// contiguous_gradients, copies the gradient into the flat IPG buffer (record_stream, the
+// autograd gradient dropped).
+void Zero3Lowering::ReduceIndependent(size_t s, int32_t micro_batch) {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  const int64_t es = ElementBytes();
+  const std::string grad = "grad." + subs_[s].name;
+  bool all_copied = true;
+  for (auto it = subs_[s].param_numels.rbegin(); it != subs_[s].param_numels.rend(); ++it) {
+    const int64_t numel = *it;
+    b_.HostWork("ZeRO::reduce_partition_and_remove_grads", ctx_.plan.host.hook_overhead_ns);
+    if (elements_in_ipg_bucket_ > 0 && elements_in_ipg_bucket_ + numel > zero.reduce_bucket_size) {
+      ReduceAndPartitionIpgGrads(micro_batch);
+    }
+    if (reduce_ != compute_) {
+      const std::string ready = fmt::format("grad_ready.{}", grad_ready_events_++);
+      b_.Record(b_.Event(ready), compute_);
+      b_.Wait(reduce_, b_.Event(ready));
+    }
+    if (zero.contiguous_gradients && elements_in_ipg_bucket_ + numel <= zero.reduce_bucket_size) {
+      b_.MemoryKernel(reduce_, "ZeRO::copy_grad_to_ipg_bucket", numel * es, numel * es);
+    } else {
+      all_copied = false;
+    }
+    elements_in_ipg_bucket_ += numel;
+    padded_in_ipg_bucket_ += RoundUp(numel, ctx_.world_size);
+  }
+  if (all_copied) {
+    b_.RecordStream(grad, reduce_);
+    b_.Free(grad);
+  } else {
+    grads_to_free_at_reduce_.push_back(grad);
+  }
+}
+
+// stage3.py __reduce_and_partition_ipg_grads: more than max_param_reduce_events (2) pending
+// reduce events make the host synchronize the oldest; on the reduce stream,
+// __avg_scatter_grads -> reduce_scatter_coalesced (reduce_scatter=True): the gradients padded
+// to a multiple of the world size and flattened (torch.cat), one reduce-scatter; then
+// partition_grads copies (first micro-step) or adds (later ones) the rank's slice into its
+// gradient partition buffer, the gradients are dropped, and an event is recorded.
+void Zero3Lowering::ReduceAndPartitionIpgGrads(int32_t micro_batch) {
+  if (elements_in_ipg_bucket_ == 0) return;
+  const int64_t es = ElementBytes();
+  if (param_reduce_events_.size() > 2) {
+    b_.EventSync("ZeRO::param_reduce_event.synchronize",
+                 b_.Event(fmt::format("param_reduce_event.{}", param_reduce_events_.front())));
+    param_reduce_events_.pop_front();
+  }
+  const int64_t padded_bytes = padded_in_ipg_bucket_ * es;
+  const int64_t own_bytes = padded_in_ipg_bucket_ / ctx_.world_size * es;
+  b_.Allocate("reduce_scatter_input.ipg", padded_bytes, reduce_);
+  b_.MemoryKernel(reduce_, "ZeRO::reduce_scatter_coalesced.cat", elements_in_ipg_bucket_ * es, padded_bytes);
+  b_.Collective(reduce_, "ZeRO::reduce_scatter_coalesced", CollectiveType::kReduceScatter, dp_, padded_bytes,
+                ctx_.compute_dtype);
+  b_.Free("reduce_scatter_input.ipg");
+  if (micro_batch == 0) {
+    b_.MemoryKernel(reduce_, "ZeRO::partition_grads.copy", own_bytes, own_bytes);
+  } else {
+    b_.MemoryKernel(reduce_, "ZeRO::partition_grads.add", 2 * own_bytes, own_bytes);
+  }
+  for (const std::string& grad : grads_to_free_at_reduce_) {
+    b_.RecordStream(grad, reduce_);
+    b_.Free(grad);
+  }
+  grads_to_free_at_reduce_.clear();
+  const int64_t event = reduce_events_++;
+  b_.Record(b_.Event(fmt::format("param_reduce_event.{}", event)), reduce_);
+  param_reduce_events_.push_back(event);
+  elements_in_ipg_bucket_ = 0;
+  padded_in_ipg_bucket_ = 0;
+}
+
+traces::Program Zero3Lowering::Lower() {
+  const Plan& plan = ctx_.plan;
+  const ZeroConfig& zero = plan.zero;
+  const int64_t es = ElementBytes();
+  const int64_t hook_ns = plan.host.hook_overhead_ns;
+  compute_ = b_.Stream("compute", 0);
+  // parameter_offload.py DeepSpeedZeRoOffload: the coordinator's all-gather stream is its own
+  // stream with overlap_comm, the default stream otherwise (recalled, not re-read); stage3.py
+  // reduce_and_partition_stream = Stream() if overlap_comm else default_stream().
+  all_gather_ = zero.overlap_comm ? b_.Stream("all_gather", 0) : compute_;
+  reduce_ = zero.overlap_comm ? b_.Stream("reduce_and_partition", 0) : compute_;
+  dp_ = b_.Comm(kCommWorld);
+
+  BuildSubmodules();
+  BuildTrace();
+  status_.assign(subs_.size(), ParamStatus::kNotAvailable);
+  handle_of_.assign(subs_.size(), -1);
+  in_registry_.assign(subs_.size(), false);
+  most_recent_step_.assign(subs_.size(), -1);
+  int64_t partition_numel = 0, persistent_bytes = 0, persistent_padded = 0;
+  for (const Zero3Submodule& sub : subs_) {
+    if (sub.fetch_numel == 0) status_[static_cast<size_t>(&sub - subs_.data())] = ParamStatus::kAvailable;
+    persistent_bytes += sub.persistent_numel * es;
+    persistent_padded += sub.persistent_padded;
+    for (int64_t n : sub.param_numels) partition_numel += CeilDiv(n, ctx_.world_size);
+  }
+
+  // Model states per rank: the bit16 partitions (ds_tensor), the fp32 master partition and
+  // the Adam moments (fp32_partitioned_groups_flat and its optimizer state), the gradient
+  // partitions (__param_id_to_grad_partition, one flat buffer in the model dtype), the
+  // persistent parameters whole, and the IPG bucket (__ipg_bucket_flat_buffer,
+  // reduce_bucket_size elements, allocated once when contiguous_gradients).
+  b_.SetPhase(Phase::kNone);
+  b_.Allocate("param_shard.bit16_partition", partition_numel * es, compute_);
+  b_.Allocate("param_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.Allocate("exp_avg.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.Allocate("exp_avg_sq.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.Allocate("grad_shard.grad_partitions_flat", partition_numel * es, compute_);
+  if (persistent_bytes > 0) b_.Allocate("unsharded.persistent_parameters", persistent_bytes, compute_);
+  if (zero.contiguous_gradients) b_.Allocate("bucket.ipg", zero.reduce_bucket_size * es, compute_);
+
+  const int32_t steps = std::max<int32_t>(1, plan.training.grad_accum_steps);
+  for (int32_t mb = 0; mb < steps; ++mb) {
+    b_.SetMicroBatch(mb);
+    ResetStep();
+    b_.SetPhase(Phase::kForward);
+    for (size_t m = 0; m < ctx_.modules.size(); ++m) {
+      const ModuleKernels& module = ctx_.modules[m];
+      b_.SetModule(module.name);
+      b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
+      if (subs_of_module_[m].empty()) EmitForwardKernels(ctx_, b_, compute_, module);
+      for (size_t s : subs_of_module_[m]) {
+        // parameter_offload.py _pre_forward_module_hook -> pre_sub_module_forward_function:
+        // fetch_sub_module; then the submodule runs; _post_forward_module_hook ->
+        // post_sub_module_forward_function: release_sub_module.
+        b_.HostWork("ZeRO::pre_forward_hook", hook_ns);
+        FetchSubModule(s);
+        ForwardSlice(s);
+        b_.HostWork("ZeRO::post_forward_hook", hook_ns);
+        ReleaseSubModule(s);
+      }
+    }
+
+    b_.SetPhase(Phase::kBackward);
+    for (size_t step = 0; step < ctx_.modules.size(); ++step) {
+      const size_t m = ctx_.modules.size() - 1 - step;
+      const ModuleKernels& module = ctx_.modules[m];
+      b_.SetModule(module.name);
+      const bool recompute = Checkpointed(ctx_, module);
+      if (recompute) {
+        // torch.utils.checkpoint reruns the block's forward inside backward: its forward
+        // hooks fetch (and release) the submodules again.
+        b_.Allocate("recomputed." + module.name, module.saved_bytes(), compute_);
+        for (size_t s : subs_of_module_[m]) {
+          b_.HostWork("ZeRO::pre_forward_hook", hook_ns);
+          FetchSubModule(s);
+          ForwardSlice(s);
+          b_.HostWork("ZeRO::post_forward_hook", hook_ns);
+          ReleaseSubModule(s);
+        }
+      }
+      if (subs_of_module_[m].empty()) EmitBackwardKernels(ctx_, b_, compute_, module, false);
+      for (auto it = subs_of_module_[m].rbegin(); it != subs_of_module_[m].rend(); ++it) {
+        const size_t s = *it;
+        // _pre_backward_module_hook -> pre_sub_module_backward_function: fetch_sub_module;
+        // autograd computes the gradients; the per-parameter gradient hooks reduce
+        // (reduction every micro-step in stage 3); _post_backward_module_hook: release.
+        b_.HostWork("ZeRO::pre_backward_hook", hook_ns);
+        FetchSubModule(s);
+        b_.Allocate("grad." + subs_[s].name, subs_[s].numel * es, compute_);
+        BackwardSlice(s);
+        ReduceIndependent(s, mb);
+        b_.HostWork("ZeRO::post_backward_hook", hook_ns);
+        ReleaseSubModule(s);
+      }
+      if (recompute) b_.Free("recomputed." + module.name);
+      b_.Free("activations." + module.name);
+    }
+    // independent_gradient_partition_epilogue: reduce the rest, then
+    // reduce_and_partition_stream.synchronize() (the host waits for every reduction).
+    b_.SetModule("");
+    ReduceAndPartitionIpgGrads(mb);
+    b_.StreamSync("ZeRO::reduce_and_partition_stream.synchronize", reduce_);
+    ReleaseAll();
+  }
+
+  // DeepSpeedZeroOptimizer_Stage3.step: the norm of the gradient partitions (all-reduced over
+  // the data-parallel group), the fp32 gradient of the partition (_prepare_fp32_grad_for_sub_group),
+  // unscale and clip, the optimizer on the fp32 partition, the bit16 partition updated from
+  // it (_reassign_or_swap_out_partitioned_parameters: no all-gather after the step in stage 3),
+  // and _post_step's all-gather of the persistent parameters.
+  b_.SetPhase(Phase::kOptimizer);
+  b_.SetMicroBatch(-1);
+  b_.HostWork("python op", plan.host.python_op_overhead_ns);
+  b_.Allocate("grad_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
+  b_.MemoryKernel(compute_, "ZeRO::grad_partition_to_fp32", partition_numel * es, partition_numel * kFp32Bytes);
+  EmitClipGradNorm(ctx_, b_, compute_, partition_numel, /*sharded=*/true, dp_);
+  EmitAdamW(b_, compute_, partition_numel);
+  b_.Free("grad_shard.fp32_partition");
+  b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,
+                  partition_numel * es);
+  if (persistent_padded > 0) {
+    b_.Collective(compute_, "ZeRO::all_gather_persistent_parameters", CollectiveType::kAllGather, dp_,
+                  persistent_padded * es, ctx_.compute_dtype);
+  }
+  return b_.Finish();
+}
+
+}  // namespace
 
 StatusOr<LoweredPrograms> LowerZero(const LoweringContext& ctx) {
-  return Status::InvalidInput(std::string("strategy ") + std::string(StrategyName(ctx.plan.strategy)) +
-                              " is not lowered yet");
+  if (ctx.plan.moe.expert_parallel > 1) {
+    return Status::InvalidInput(std::string("strategy ") + std::string(StrategyName(ctx.plan.strategy)) +
+                                " is not lowered with moe.expert_parallel > 1");
+  }
+  LoweredPrograms out;
+  switch (ctx.plan.strategy) {
+    case Strategy::kZero1:
+    case Strategy::kZero2: out.programs.push_back(Zero12Lowering(ctx).Lower()); break;
+    case Strategy::kZero3: out.programs.push_back(Zero3Lowering(ctx).Lower()); break;
+    default:
+      return Status::Internal(std::string("LowerZero called for strategy ") +
+                              std::string(StrategyName(ctx.plan.strategy)));
+  }
+  return out;
 }
 
 }  // namespace shardscope::sim
