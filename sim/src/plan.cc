@@ -14,6 +14,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -21,8 +22,11 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <optional>
 #include <span>
 #include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -123,6 +127,10 @@ constexpr double kMaxGpuMemoryGb = 1e5;                        // 100 TB
 constexpr double kMaxSlowdown = 100;
 constexpr double kMaxHostOverheadUs = 1e6;  // one second
 constexpr double kMaxBucketCapMb = 1e6;
+constexpr double kMaxGradNorm = 1e6;
+// DeepSpeed bucket and threshold sizes, in elements: 2^50 keeps element x byte arithmetic
+// inside int64_t and every value exactly representable in the double a "5e8" is read as.
+constexpr int64_t kMaxZeroElements = int64_t{1} << 50;
 constexpr size_t kMaxPlanFileBytes = size_t{16} << 20;  // plans are a few hundred bytes
 
 // Units in key names. Bandwidths in GB/s are decimal (10^9 bytes/s), as datasheets give them.
@@ -139,8 +147,9 @@ constexpr double kNsPerUs = 1e3;
 using KeyList = std::span<const std::string_view>;
 
 // clang-format off
-constexpr std::array<std::string_view, 8> kTopKeys = {
-    "model", "cluster", "strategy", "training", "fsdp2", "ddp", "host", "allocator"};
+constexpr std::array<std::string_view, 12> kTopKeys = {
+    "model", "cluster", "strategy", "training", "fsdp2", "fsdp1", "zero", "ddp", "moe",
+    "checkpoint", "host", "allocator"};
 constexpr std::array<std::string_view, 4> kAllocatorKeys = {
     "conf", "memory_fraction", "memory_reserved_by_others_gb",
     "memory_reserved_by_others_gb_per_rank"};
@@ -157,10 +166,28 @@ constexpr std::array<std::string_view, 8> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
     "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention"};
 constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
-constexpr std::array<std::string_view, 5> kTrainingKeys = {
-    "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing", "dtype"};
-constexpr std::array<std::string_view, 1> kFsdp2Keys = {"reshard_after_forward"};
-constexpr std::array<std::string_view, 1> kDdpKeys = {"bucket_cap_mb"};
+constexpr std::array<std::string_view, 7> kTrainingKeys = {
+    "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",
+    "selective_ac_every", "dtype", "max_grad_norm"};
+constexpr std::array<std::string_view, 11> kFsdp2Keys = {
+    "reshard_after_forward", "forward_prefetch", "backward_prefetch", "mixed_precision", "mesh",
+    "requires_gradient_sync", "gradient_sync_every_k_blocks", "requires_all_reduce",
+    "reshard_after_backward", "blocks_per_unit", "wrap"};
+constexpr std::array<std::string_view, 10> kFsdp1Keys = {
+    "sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers", "no_sync",
+    "mixed_precision", "mesh", "implementation", "optimize_backward_concat",
+    "reshard_after_forward"};
+constexpr std::array<std::string_view, 11> kZeroKeys = {
+    "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
+    "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+    "stage3_param_persistence_threshold", "legacy_prefetch_first_param_only",
+    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync"};
+constexpr std::array<std::string_view, 2> kMixedPrecisionKeys = {"param_dtype", "reduce_dtype"};
+constexpr std::array<std::string_view, 2> kMeshKeys = {"replicate", "shard"};
+constexpr std::array<std::string_view, 2> kDdpKeys = {"bucket_cap_mb", "no_sync"};
+constexpr std::array<std::string_view, 1> kMoeKeys = {"expert_parallel"};
+constexpr std::array<std::string_view, 2> kCheckpointKeys = {"consolidate_optimizer_state",
+                                                             "no_broadcast_optim_state"};
 constexpr std::array<std::string_view, 6> kHostKeys = {
     "launch_overhead_us", "hook_overhead_us", "python_op_overhead_us",
     "max_queued_launches_per_stream", "cuda_malloc_us", "cuda_free_us"};
@@ -172,19 +199,66 @@ struct EnumName {
   Enum value;
 };
 
-constexpr std::array<EnumName<Strategy>, 2> kStrategies = {
-    {{"fsdp2", Strategy::kFsdp2}, {"ddp", Strategy::kDdp}}};
-// Strategies the project knows about but the simulator does not lower yet.
-constexpr std::array<std::string_view, 5> kPlannedStrategies = {"fsdp1", "zero1", "zero2", "zero3",
-                                                                "hsdp"};
-constexpr std::array<EnumName<ActivationCheckpointing>, 2> kCheckpointing = {
-    {{"none", ActivationCheckpointing::kNone}, {"full", ActivationCheckpointing::kFull}}};
+constexpr std::array<EnumName<Strategy>, 6> kStrategies = {{{"fsdp2", Strategy::kFsdp2},
+                                                            {"fsdp1", Strategy::kFsdp1},
+                                                            {"zero1", Strategy::kZero1},
+                                                            {"zero2", Strategy::kZero2},
+                                                            {"zero3", Strategy::kZero3},
+                                                            {"ddp", Strategy::kDdp}}};
+// Names users reach for that are not strategies of their own, and what to write instead.
+struct StrategyAlias {
+  std::string_view name;
+  std::string_view instead;
+};
+constexpr std::array<StrategyAlias, 1> kStrategyAliases = {
+    {{"hsdp",
+      "HSDP is not a strategy of its own: it is fsdp2 with fsdp2.mesh.replicate > 1, or fsdp1 "
+      "with fsdp1.sharding_strategy HYBRID_SHARD"}}};
+// The strategy section each strategy reads its knobs from.
+struct StrategySection {
+  std::string_view section;
+  Strategy strategy;
+};
+constexpr std::array<StrategySection, 6> kStrategySections = {{{"fsdp2", Strategy::kFsdp2},
+                                                               {"fsdp1", Strategy::kFsdp1},
+                                                               {"zero", Strategy::kZero1},
+                                                               {"zero", Strategy::kZero2},
+                                                               {"zero", Strategy::kZero3},
+                                                               {"ddp", Strategy::kDdp}}};
+constexpr std::array<EnumName<ActivationCheckpointing>, 3> kCheckpointing = {
+    {{"none", ActivationCheckpointing::kNone},
+     {"full", ActivationCheckpointing::kFull},
+     {"selective", ActivationCheckpointing::kSelective}}};
 // fp8 means the e4m3 format training recipes use for forward GEMMs.
 constexpr std::array<EnumName<traces::DType>, 4> kTrainingDTypes = {
     {{"bf16", traces::DType::kBFloat16},
      {"fp16", traces::DType::kFloat16},
      {"fp32", traces::DType::kFloat32},
      {"fp8", traces::DType::kFloat8E4M3}}};
+// MixedPrecisionPolicy / MixedPrecision take torch dtypes; fp8 is not one of them (fp8
+// training casts per GEMM inside Float8Linear, the parameters stay bf16).
+constexpr std::array<EnumName<traces::DType>, 3> kMixedPrecisionDTypes = {
+    {{"bf16", traces::DType::kBFloat16},
+     {"fp16", traces::DType::kFloat16},
+     {"fp32", traces::DType::kFloat32}}};
+constexpr std::array<EnumName<GradientSync>, 2> kGradientSyncModes = {
+    {{"every_micro_batch", GradientSync::kEveryMicroBatch},
+     {"last_micro_batch", GradientSync::kLastMicroBatch}}};
+// wrap: block -> root_only false; root -> root_only true.
+constexpr std::array<EnumName<bool>, 2> kWrapModes = {{{"block", false}, {"root", true}}};
+// torch.distributed.fsdp.ShardingStrategy member names (torch/distributed/fsdp/api.py).
+constexpr std::array<EnumName<Fsdp1ShardingStrategy>, 5> kFsdp1ShardingStrategies = {
+    {{"FULL_SHARD", Fsdp1ShardingStrategy::kFullShard},
+     {"SHARD_GRAD_OP", Fsdp1ShardingStrategy::kShardGradOp},
+     {"NO_SHARD", Fsdp1ShardingStrategy::kNoShard},
+     {"HYBRID_SHARD", Fsdp1ShardingStrategy::kHybridShard},
+     {"_HYBRID_SHARD_ZERO2", Fsdp1ShardingStrategy::kHybridShardZero2}}};
+// torch.distributed.fsdp.BackwardPrefetch member names; null is backward_prefetch=None.
+constexpr std::array<EnumName<Fsdp1BackwardPrefetch>, 2> kFsdp1BackwardPrefetches = {
+    {{"BACKWARD_PRE", Fsdp1BackwardPrefetch::kBackwardPre},
+     {"BACKWARD_POST", Fsdp1BackwardPrefetch::kBackwardPost}}};
+constexpr std::array<EnumName<Fsdp1Implementation>, 2> kFsdp1Implementations = {
+    {{"torch", Fsdp1Implementation::kTorch}, {"fairscale", Fsdp1Implementation::kFairscale}}};
 constexpr std::array<EnumName<MlpKind>, 2> kMlpKinds = {
     {{"swiglu", MlpKind::kSwiGlu}, {"gelu", MlpKind::kGelu}}};
 constexpr std::array<EnumName<NormKind>, 2> kNormKinds = {
@@ -261,6 +335,46 @@ std::string ExpectedInt(int64_t min, int64_t max) {
   if (min == 1) return fmt::format("a positive integer <= {}", max);
   if (min == 0) return fmt::format("a non-negative integer <= {}", max);
   return fmt::format("an integer in [{}, {}]", min, max);
+}
+
+// A YAML 1.2 core-schema boolean, or nothing when the node is something else.
+std::optional<bool> AsBool(const YAML::Node& node) {
+  if (!node.IsScalar() || IsQuoted(node)) return std::nullopt;
+  const std::string& text = node.Scalar();
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return std::nullopt;
+}
+
+bool IsHybrid(Fsdp1ShardingStrategy strategy) {
+  return strategy == Fsdp1ShardingStrategy::kHybridShard ||
+         strategy == Fsdp1ShardingStrategy::kHybridShardZero2;
+}
+
+template <typename Enum, size_t N>
+std::string_view NameOf(const std::array<EnumName<Enum>, N>& table, Enum value) {
+  for (const auto& entry : table) {
+    if (entry.value == value) return entry.name;
+  }
+  return "?";
+}
+
+// The FSDP2 units a plan wraps, by name, for messages: "embed, layers.0, layers.2, head".
+std::string Fsdp2UnitNames(const Fsdp2Config& config, int32_t layers) {
+  if (config.root_only) return "none: with wrap: root the root is the only FSDP module";
+  const int32_t k = std::max<int32_t>(1, config.blocks_per_unit);
+  const int32_t units = (layers + k - 1) / k;
+  std::vector<std::string> names = {"embed"};
+  constexpr int32_t kShownBlockUnits = 4;
+  for (int32_t u = 0; u < units; ++u) {
+    if (units > kShownBlockUnits && u == 2) {
+      names.push_back("...");
+      u = units - 1;
+    }
+    names.push_back(fmt::format("layers.{}", u * k));
+  }
+  names.push_back("head");
+  return JoinNames(names);
 }
 
 // Counts documents without building them, stopping at the second. YAML::LoadAll is not used:
@@ -368,6 +482,12 @@ class PlanParser {
 
   StatusOr<Fields> ReadMapping(const YAML::Node& node, const YAML::Mark& mark,
                                std::string_view path, KeyList allowed) const;
+  // ReadMapping, or no fields when the section is absent (`entry` null).
+  StatusOr<Fields> SectionFields(const Entry* entry, std::string_view path,
+                                 KeyList allowed) const;
+  // An error about a key that does not apply in this combination: located at the key.
+  Status KeyError(const Entry& entry, std::string_view path, std::string_view expected,
+                  std::string_view got) const;
   Status Require(const Fields& fields, std::string_view parent, std::string_view key,
                  std::string_view expected) const;
 
@@ -385,15 +505,46 @@ class PlanParser {
   Status ReadEnum(const Entry& entry, std::string_view path,
                   const std::array<EnumName<Enum>, N>& table, Enum* out) const;
 
+  // ReadEnum that also accepts null (Python's None), reported through `is_null`.
+  template <typename Enum, size_t N>
+  Status ReadEnumOrNull(const Entry& entry, std::string_view path,
+                        const std::array<EnumName<Enum>, N>& table, Enum* out,
+                        bool* is_null) const;
+
   Status ReadStrategy(const Entry& entry, Strategy* out) const;
   Status ReadModel(const Entry& entry, ModelSpec* out) const;
   Status ReadModelFields(const Fields& fields, ModelSpec* model, bool* modified) const;
   Status ReadCluster(const Entry& entry, ClusterSpec* cluster, ContentionConfig* contention) const;
   // Also says whether the dtype was given, and where seq_len is (for later checks).
   Status ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
-                      bool* dtype_given, YAML::Mark* seq_len_mark) const;
-  Status ReadFsdp2(const Entry& entry, Fsdp2Config* out) const;
+                      bool* dtype_given, YAML::Mark* seq_len_mark, YAML::Mark* dtype_mark) const;
+  // Strategy sections read after model, cluster and training: their checks need the world
+  // size, the layer and expert counts and the training dtype from `plan`.
+  // `entry` null: the section is absent and only the defaults are resolved.
+  Status ReadFsdp2(const Entry* entry, const Plan& plan, Fsdp2Config* out) const;
+  Status ReadFsdp1(const Entry* entry, const Plan& plan, Fsdp1Config* out) const;
+  Status ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* out) const;
   Status ReadDdp(const Entry& entry, DdpConfig* out) const;
+  Status ReadMoe(const Entry& entry, const Plan& plan, MoeConfig* out) const;
+  Status ReadCheckpoint(const Entry& entry, const Plan& plan, CheckpointConfig* out) const;
+
+  // MixedPrecisionPolicy / MixedPrecision: the resolved param and reduce dtypes (`entry` may
+  // be null: the defaults).
+  Status ReadMixedPrecision(const Entry* entry, std::string_view path, const Plan& plan,
+                            traces::DType* param_dtype, traces::DType* reduce_dtype) const;
+  // {replicate, shard}, either may be omitted; replicate x shard must be the world size.
+  Status ReadMesh(const Entry& entry, std::string_view path, int32_t world_size,
+                  DataParallelMesh* out) const;
+  // A count of units ahead, or a mapping unit -> [units] (FSDP2 explicit prefetch).
+  Status ReadPrefetch(const Entry& entry, std::string_view path, std::string_view method,
+                      const Fsdp2Config& wrap, int32_t layers, int32_t* count,
+                      std::map<std::string, std::vector<std::string>>* units) const;
+  Status CheckUnitName(const YAML::Node& node, std::string_view path, std::string_view method,
+                       const Fsdp2Config& wrap, int32_t layers) const;
+  // A whole number of elements: an integer, or a float such as 5e8 with no fractional part
+  // (DeepSpeed configs write sizes that way; pydantic turns them into ints).
+  Status ReadElementCount(const Entry& entry, std::string_view path, int64_t min,
+                          int64_t* out) const;
   Status ReadHost(const Entry& entry, HostConfig* out) const;
   Status ReadHostField(const Fields& fields, std::string_view key, int64_t* out_ns) const;
   Status ReadAllocator(const Entry& entry, int32_t world_size, MemoryPlan* out) const;
@@ -494,16 +645,9 @@ Status PlanParser::ReadNumber(const Entry& entry, std::string_view path, double 
 Status PlanParser::ReadBool(const Entry& entry, std::string_view path, bool* out) const {
   // YAML 1.2 core schema booleans only: yes/no/on/off are strings there, so they are refused
   // rather than guessed.
-  if (entry.value.IsScalar() && !IsQuoted(entry.value)) {
-    const std::string& text = entry.value.Scalar();
-    if (text == "true" || text == "True" || text == "TRUE") {
-      *out = true;
-      return Status::Ok();
-    }
-    if (text == "false" || text == "False" || text == "FALSE") {
-      *out = false;
-      return Status::Ok();
-    }
+  if (std::optional<bool> value = AsBool(entry.value)) {
+    *out = *value;
+    return Status::Ok();
   }
   return Error(entry, path, "true or false");
 }
@@ -533,12 +677,10 @@ Status PlanParser::ReadEnum(const Entry& entry, std::string_view path,
 
 Status PlanParser::ReadStrategy(const Entry& entry, Strategy* out) const {
   if (entry.value.IsScalar()) {
-    const std::string& name = entry.value.Scalar();
-    for (std::string_view planned : kPlannedStrategies) {
-      if (planned == name) {
-        return Status::InvalidInput(
-            fmt::format("{}: strategy {} is not supported yet (supported: {})",
-                        Where(MarkOf(entry)), Quote(name), EnumNames(kStrategies)));
+    for (const StrategyAlias& alias : kStrategyAliases) {
+      if (alias.name == entry.value.Scalar()) {
+        return Error(MarkOf(entry), "strategy", fmt::format("one of {}", EnumNames(kStrategies)),
+                     fmt::format("{} ({})", Describe(entry.value), alias.instead));
       }
     }
   }
@@ -766,7 +908,8 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
 // ---- training, strategy sections, host -------------------------------------------------------
 
 Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
-                                bool* dtype_given, YAML::Mark* seq_len_mark) const {
+                                bool* dtype_given, YAML::Mark* seq_len_mark,
+                                YAML::Mark* dtype_mark) const {
   SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
                               ReadMapping(entry.value, MarkOf(entry), "training", kTrainingKeys));
   if (const Entry* e = fields.Find("seq_len")) {
@@ -785,23 +928,512 @@ Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, Training
     SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.activation_checkpointing", kCheckpointing,
                                         &out->activation_checkpointing));
   }
+  if (const Entry* e = fields.Find("selective_ac_every")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt32(*e, "training.selective_ac_every", 1, kMaxLayers, &out->selective_ac_every));
+    // torchtitan reads selective_ac_option only in selective mode; here a value that would be
+    // ignored is a mistake worth naming.
+    if (out->activation_checkpointing != ActivationCheckpointing::kSelective) {
+      return KeyError(*e, "training.selective_ac_every",
+                      "no selective_ac_every unless activation_checkpointing is selective",
+                      fmt::format("selective_ac_every with activation_checkpointing {}",
+                                  NameOf(kCheckpointing, out->activation_checkpointing)));
+    }
+  }
+  if (const Entry* e = fields.Find("max_grad_norm")) {
+    // clip_grad_norm_(max_norm); 0 here means no clipping at all.
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadNumber(*e, "training.max_grad_norm", 0, false, kMaxGradNorm, &out->max_grad_norm));
+  }
   if (const Entry* e = fields.Find("dtype")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.dtype", kTrainingDTypes, &out->dtype));
     if (!DTypeSupported(gpu, out->dtype)) {
       return Error(*e, "training.dtype", ExpectedDType(gpu));
     }
     *dtype_given = true;
+    *dtype_mark = MarkOf(*e);
   }
   return Status::Ok();
 }
 
-Status PlanParser::ReadFsdp2(const Entry& entry, Fsdp2Config* out) const {
+// ---- strategy sections ----------------------------------------------------------------------
+
+StatusOr<Fields> PlanParser::SectionFields(const Entry* entry, std::string_view path,
+                                           KeyList allowed) const {
+  if (entry == nullptr) return Fields{};
+  return ReadMapping(entry->value, MarkOf(*entry), path, allowed);
+}
+
+Status PlanParser::KeyError(const Entry& entry, std::string_view path, std::string_view expected,
+                            std::string_view got) const {
+  return Error(entry.key_node.Mark(), path, expected, got);
+}
+
+template <typename Enum, size_t N>
+Status PlanParser::ReadEnumOrNull(const Entry& entry, std::string_view path,
+                                  const std::array<EnumName<Enum>, N>& table, Enum* out,
+                                  bool* is_null) const {
+  *is_null = entry.value.IsNull();
+  if (*is_null) return Status::Ok();
+  if (entry.value.IsScalar()) {
+    for (const auto& candidate : table) {
+      if (candidate.name == entry.value.Scalar()) {
+        *out = candidate.value;
+        return Status::Ok();
+      }
+    }
+  }
+  return Error(entry, path, fmt::format("one of {} or null", EnumNames(table)));
+}
+
+Status PlanParser::ReadElementCount(const Entry& entry, std::string_view path, int64_t min,
+                                    int64_t* out) const {
+  const std::string expected = fmt::format(
+      "a whole number of elements in [{}, 2^50] (an integer, or a float such as 5e8)", min);
+  if (!entry.value.IsScalar() || IsQuoted(entry.value)) return Error(entry, path, expected);
+  std::string_view text = entry.value.Scalar();
+  if (text.size() > 1 && text[0] == '+' && text[1] >= '0' && text[1] <= '9') text.remove_prefix(1);
+  int64_t integer = 0;
+  const auto [iend, iec] = std::from_chars(text.data(), text.data() + text.size(), integer);
+  if (iec == std::errc() && iend == text.data() + text.size()) {
+    if (integer < min || integer > kMaxZeroElements) return Error(entry, path, expected);
+    *out = integer;
+    return Status::Ok();
+  }
+  double value = 0;
+  const auto [dend, dec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (dec != std::errc() || dend != text.data() + text.size() || !std::isfinite(value) ||
+      value < static_cast<double>(min) || value > static_cast<double>(kMaxZeroElements)) {
+    return Error(entry, path, expected);
+  }
+  if (std::floor(value) != value) {
+    return Error(MarkOf(entry), path, expected,
+                 fmt::format("{} (not a whole number)", Describe(entry.value)));
+  }
+  *out = static_cast<int64_t>(value);
+  return Status::Ok();
+}
+
+Status PlanParser::ReadMesh(const Entry& entry, std::string_view path, int32_t world_size,
+                            DataParallelMesh* out) const {
   SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
-                              ReadMapping(entry.value, MarkOf(entry), "fsdp2", kFsdp2Keys));
+                              ReadMapping(entry.value, MarkOf(entry), path, kMeshKeys));
+  const Entry* replicate_entry = fields.Find("replicate");
+  const Entry* shard_entry = fields.Find("shard");
+  const std::string replicate_path = JoinPath(path, "replicate");
+  const std::string shard_path = JoinPath(path, "shard");
+  int32_t replicate = 1;
+  int32_t shard = world_size;
+  if (replicate_entry != nullptr) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt32(*replicate_entry, replicate_path, 1, kMaxWorldSize, &replicate));
+  }
+  if (shard_entry != nullptr) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*shard_entry, shard_path, 1, kMaxWorldSize, &shard));
+  }
+  // A DeviceMesh covers every rank of the job: init_device_mesh lays arange(world) out in the
+  // mesh shape, and the data-parallel mesh is all of it here (no TP/PP dimensions).
+  const std::string world = fmt::format("the world size {} (nodes x gpus_per_node)", world_size);
+  if (replicate_entry != nullptr && shard_entry == nullptr) {
+    if (world_size % replicate != 0) {
+      return Error(*replicate_entry, replicate_path, fmt::format("a divisor of {}", world));
+    }
+    shard = world_size / replicate;
+  } else if (shard_entry != nullptr && replicate_entry == nullptr) {
+    if (world_size % shard != 0) {
+      return Error(*shard_entry, shard_path, fmt::format("a divisor of {}", world));
+    }
+    replicate = world_size / shard;
+  } else if (int64_t{replicate} * shard != world_size) {
+    return Error(MarkOf(entry), std::string(path), fmt::format("replicate x shard = {}", world),
+                 fmt::format("{} x {} = {}", replicate, shard, int64_t{replicate} * shard));
+  }
+  out->replicate = replicate;
+  out->shard = shard;
+  return Status::Ok();
+}
+
+Status PlanParser::ReadMixedPrecision(const Entry* entry, std::string_view path, const Plan& plan,
+                                      traces::DType* param_dtype,
+                                      traces::DType* reduce_dtype) const {
+  // torchtitan's job config defaults are mixed_precision_param "bfloat16" and
+  // mixed_precision_reduce "float32". The plan takes the param dtype from training.dtype
+  // (bf16 by default, torchtitan's value): parameters are all-gathered and computed in the
+  // training dtype; fp8 training keeps bf16 parameters (torchao Float8Linear casts per GEMM)
+  // and fp32 training casts nothing.
+  traces::DType param = plan.training.dtype == traces::DType::kFloat8E4M3
+                            ? traces::DType::kBFloat16
+                            : plan.training.dtype;
+  traces::DType reduce = traces::DType::kFloat32;
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, SectionFields(entry, path, kMixedPrecisionKeys));
+  if (const Entry* e = fields.Find("param_dtype")) {
+    const std::string field_path = JoinPath(path, "param_dtype");
+    bool is_null = false;
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadEnumOrNull(*e, field_path, kMixedPrecisionDTypes, &param, &is_null));
+    // MixedPrecisionPolicy(param_dtype=None) / MixedPrecision(param_dtype=None): no cast,
+    // the parameters keep their original (fp32) dtype.
+    if (is_null) param = traces::DType::kFloat32;
+    if (!DTypeSupported(plan.cluster.gpu, param)) {
+      return Error(*e, field_path, ExpectedDType(plan.cluster.gpu));
+    }
+  }
+  if (const Entry* e = fields.Find("reduce_dtype")) {
+    bool is_null = false;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnumOrNull(*e, JoinPath(path, "reduce_dtype"),
+                                              kMixedPrecisionDTypes, &reduce, &is_null));
+    // reduce_dtype=None: gradients are reduced in the parameters' compute dtype
+    // (FSDPParamGroup: reduce_dtype defaults to param_dtype; FSDP1 MixedPrecision the same).
+    if (is_null) reduce = param;
+  }
+  *param_dtype = param;
+  *reduce_dtype = reduce;
+  return Status::Ok();
+}
+
+Status PlanParser::CheckUnitName(const YAML::Node& node, std::string_view path,
+                                 std::string_view method, const Fsdp2Config& wrap,
+                                 int32_t layers) const {
+  const std::string expected = fmt::format(
+      "a unit name ({}); {} takes only modules fully_shard was applied to "
+      "(_assert_all_fsdp_modules, torch/distributed/fsdp/_fully_shard/_fully_shard.py)",
+      Fsdp2UnitNames(wrap, layers), method);
+  if (!node.IsScalar()) return Error(node.Mark(), path, expected, Describe(node));
+  const std::string& name = node.Scalar();
+  bool known = false;
+  if (!wrap.root_only) {
+    known = name == "embed" || name == "head";
+    constexpr std::string_view kPrefix = "layers.";
+    if (!known && name.size() > kPrefix.size() && name.compare(0, kPrefix.size(), kPrefix) == 0) {
+      const std::string_view digits = std::string_view(name).substr(kPrefix.size());
+      int32_t index = -1;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+      const bool canonical = digits.size() == 1 || digits[0] != '0';  // "layers.01" is no name
+      const int32_t k = std::max<int32_t>(1, wrap.blocks_per_unit);
+      known = ec == std::errc() && end == digits.data() + digits.size() && canonical &&
+              index >= 0 && index < layers && index % k == 0;
+    }
+  }
+  if (!known) {
+    return Error(node.Mark(), path, expected, fmt::format("unknown unit {}", Quote(name)));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadPrefetch(const Entry& entry, std::string_view path, std::string_view method,
+                                const Fsdp2Config& wrap, int32_t layers, int32_t* count,
+                                std::map<std::string, std::vector<std::string>>* units) const {
+  if (!entry.value.IsMap()) {
+    int64_t value = 0;
+    if (!ReadInt(entry, path, 0, kMaxLayers, &value).ok()) {
+      return Error(entry, path,
+                   fmt::format("a count of units to prefetch (0 to {}) or a mapping of unit "
+                               "name to a list of unit names ({})",
+                               kMaxLayers, method));
+    }
+    *count = static_cast<int32_t>(value);
+    return Status::Ok();
+  }
+  for (const auto& pair : entry.value) {
+    const YAML::Node key = pair.first;
+    const YAML::Node value = pair.second;
+    SHARDSCOPE_RETURN_IF_ERROR(CheckUnitName(key, path, method, wrap, layers));
+    const std::string& name = key.Scalar();
+    const std::string unit_path = JoinPath(path, name);
+    if (units->count(name) != 0) {
+      return Error(key.Mark(), unit_path, "each unit at most once", "a duplicate");
+    }
+    if (!value.IsSequence()) {
+      return Error(value.IsNull() ? key.Mark() : value.Mark(), unit_path,
+                   "a list of unit names to prefetch", Describe(value));
+    }
+    std::vector<std::string>& targets = (*units)[name];
+    for (const auto& target : value) {
+      SHARDSCOPE_RETURN_IF_ERROR(CheckUnitName(target, unit_path, method, wrap, layers));
+      targets.push_back(target.Scalar());
+    }
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadFsdp2(const Entry* entry, const Plan& plan, Fsdp2Config* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, SectionFields(entry, "fsdp2", kFsdp2Keys));
+  const int32_t world = plan.cluster.world_size();
+  const int32_t layers = plan.model.layers;
+
+  // The mesh first: the int form of reshard_after_forward and requires_all_reduce depend on
+  // it. fully_shard(mesh=2-D) is HSDP (FSDPMeshInfo / HSDPMeshInfo, _fsdp_common.py).
+  out->mesh = DataParallelMesh{1, world};
+  if (const Entry* e = fields.Find("mesh")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadMesh(*e, "fsdp2.mesh", world, &out->mesh));
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(ReadMixedPrecision(fields.Find("mixed_precision"),
+                                                "fsdp2.mixed_precision", plan, &out->param_dtype,
+                                                &out->reduce_dtype));
+
+  if (const Entry* e = fields.Find("reshard_after_forward")) {
+    const std::string path = "fsdp2.reshard_after_forward";
+    const int32_t shard = out->mesh.shard;
+    if (e->value.IsNull()) {
+      // None: True for every module but the root, which keeps its parameters.
+      out->reshard_after_forward = ReshardAfterForward::kNone;
+    } else if (std::optional<bool> flag = AsBool(e->value)) {
+      out->reshard_after_forward = *flag ? ReshardAfterForward::kTrue : ReshardAfterForward::kFalse;
+    } else {
+      // _get_post_forward_mesh_info (torch/distributed/fsdp/_fully_shard/_fsdp_init.py): an
+      // int must be a factor of the shard mesh size ("If passing reshard_after_forward as an
+      // int, it should be a factor of ..."); 1 becomes False (with a warning that it means
+      // a world of one, not True) and the shard size itself becomes True.
+      const std::string expected = fmt::format(
+          "true, false, null or an int that is a factor of the shard mesh size {} (FSDP2: "
+          "\"if passing reshard_after_forward as an int, it should be a factor of {}\")",
+          shard, shard);
+      int64_t size = 0;
+      if (!ReadInt(*e, path, 1, shard, &size).ok() || shard % size != 0) {
+        return Error(*e, path, expected);
+      }
+      out->reshard_after_forward_size = 0;
+      if (size == 1) {
+        out->reshard_after_forward = ReshardAfterForward::kFalse;
+      } else if (size == shard) {
+        out->reshard_after_forward = ReshardAfterForward::kTrue;
+      } else {
+        out->reshard_after_forward = ReshardAfterForward::kInt;
+        out->reshard_after_forward_size = static_cast<int32_t>(size);
+      }
+    }
+  }
+
+  // Wrap granularity before the prefetch lists: it decides which unit names exist.
+  if (const Entry* e = fields.Find("wrap")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "fsdp2.wrap", kWrapModes, &out->root_only));
+  }
+  if (const Entry* e = fields.Find("blocks_per_unit")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt32(*e, "fsdp2.blocks_per_unit", 1, layers, &out->blocks_per_unit));
+    if (out->root_only) {
+      return KeyError(*e, "fsdp2.blocks_per_unit",
+                      "no blocks_per_unit with wrap: root (one fully_shard on the whole model "
+                      "has no block units)",
+                      fmt::format("blocks_per_unit {} with wrap: root", out->blocks_per_unit));
+    }
+  }
+  if (const Entry* e = fields.Find("forward_prefetch")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadPrefetch(*e, "fsdp2.forward_prefetch",
+                                            "set_modules_to_forward_prefetch", *out, layers,
+                                            &out->forward_prefetch, &out->forward_prefetch_units));
+  }
+  if (const Entry* e = fields.Find("backward_prefetch")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadPrefetch(
+        *e, "fsdp2.backward_prefetch", "set_modules_to_backward_prefetch", *out, layers,
+        &out->backward_prefetch, &out->backward_prefetch_units));
+  }
+
+  if (const Entry* e = fields.Find("requires_gradient_sync")) {
+    // FSDPModule.set_requires_gradient_sync(bool): true reduces every micro-batch.
+    if (std::optional<bool> flag = AsBool(e->value)) {
+      out->requires_gradient_sync =
+          *flag ? GradientSync::kEveryMicroBatch : GradientSync::kLastMicroBatch;
+    } else if (!ReadEnum(*e, "fsdp2.requires_gradient_sync", kGradientSyncModes,
+                         &out->requires_gradient_sync)
+                    .ok()) {
+      return Error(*e, "fsdp2.requires_gradient_sync",
+                   "one of every_micro_batch, last_micro_batch, true (every micro-batch) or "
+                   "false (the last only)");
+    }
+  }
+  if (const Entry* e = fields.Find("gradient_sync_every_k_blocks")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "fsdp2.gradient_sync_every_k_blocks", 1, layers,
+                                         &out->gradient_sync_every_k_blocks));
+    if (out->requires_gradient_sync != GradientSync::kLastMicroBatch) {
+      return KeyError(*e, "fsdp2.gradient_sync_every_k_blocks",
+                      "no gradient_sync_every_k_blocks unless requires_gradient_sync is "
+                      "last_micro_batch (it picks the blocks that still reduce every "
+                      "micro-batch)",
+                      "requires_gradient_sync every_micro_batch");
+    }
+  }
+  if (const Entry* e = fields.Find("requires_all_reduce")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadBool(*e, "fsdp2.requires_all_reduce", &out->requires_all_reduce));
+    // FSDPModule.set_requires_all_reduce: HSDP only skips the all-reduce across replicas; a
+    // 1-D mesh has no replicate dimension to skip.
+    if (!out->requires_all_reduce && out->mesh.replicate == 1) {
+      return Error(MarkOf(*e), "fsdp2.requires_all_reduce",
+                   "true unless the mesh is HSDP (fsdp2.mesh.replicate > 1): "
+                   "set_requires_all_reduce(False) skips the all-reduce across replicas",
+                   "false with mesh.replicate 1");
+    }
+  }
+  if (const Entry* e = fields.Find("reshard_after_backward")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadBool(*e, "fsdp2.reshard_after_backward", &out->reshard_after_backward));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadFsdp1(const Entry* entry, const Plan& plan, Fsdp1Config* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, SectionFields(entry, "fsdp1", kFsdp1Keys));
+  if (const Entry* e = fields.Find("implementation")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadEnum(*e, "fsdp1.implementation", kFsdp1Implementations, &out->implementation));
+  }
+  const bool fairscale = out->implementation == Fsdp1Implementation::kFairscale;
+  // fairscale's FullyShardedDataParallel.__init__ (fairscale/nn/data_parallel/
+  // fully_sharded_data_parallel.py) takes process_group, reshard_after_forward,
+  // mixed_precision, fp32_reduce_scatter, bucket_cap_mb, ...: none of torch FSDP1's
+  // sharding_strategy, backward_prefetch, forward_prefetch or limit_all_gathers.
+  auto reject_for_fairscale = [&](const Entry& e, std::string_view key) {
+    return KeyError(
+        e, JoinPath("fsdp1", key),
+        fmt::format("no {} with implementation fairscale (fairscale's FullyShardedDataParallel "
+                    "has no such argument; its own knobs are reshard_after_forward, "
+                    "mixed_precision, fp32_reduce_scatter and bucket_cap_mb)",
+                    key),
+        fmt::format("{} {}", key, Describe(e.value)));
+  };
+
+  if (const Entry* e = fields.Find("sharding_strategy")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "fsdp1.sharding_strategy", kFsdp1ShardingStrategies,
+                                        &out->sharding_strategy));
+    if (fairscale && out->sharding_strategy != Fsdp1ShardingStrategy::kFullShard &&
+        out->sharding_strategy != Fsdp1ShardingStrategy::kShardGradOp) {
+      return Error(*e, "fsdp1.sharding_strategy",
+                   "FULL_SHARD or SHARD_GRAD_OP with implementation fairscale (fairscale's FSDP "
+                   "has no sharding_strategy; its own knob is reshard_after_forward: true = "
+                   "FULL_SHARD, false = SHARD_GRAD_OP; it has no hybrid or no-shard mode)");
+    }
+  }
   if (const Entry* e = fields.Find("reshard_after_forward")) {
     bool reshard = true;
-    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "fsdp2.reshard_after_forward", &reshard));
-    out->reshard_after_forward = reshard ? ReshardAfterForward::kTrue : ReshardAfterForward::kFalse;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "fsdp1.reshard_after_forward", &reshard));
+    if (!fairscale) {
+      return KeyError(*e, "fsdp1.reshard_after_forward",
+                      "no reshard_after_forward with implementation torch (torch FSDP1's knob "
+                      "is sharding_strategy: FULL_SHARD reshards after forward, SHARD_GRAD_OP "
+                      "keeps the parameters)",
+                      "reshard_after_forward with implementation torch");
+    }
+    if (fields.Find("sharding_strategy") != nullptr) {
+      return KeyError(*e, "fsdp1.reshard_after_forward",
+                      "either sharding_strategy or fairscale's reshard_after_forward",
+                      "both");
+    }
+    out->sharding_strategy =
+        reshard ? Fsdp1ShardingStrategy::kFullShard : Fsdp1ShardingStrategy::kShardGradOp;
+  }
+  if (const Entry* e = fields.Find("backward_prefetch")) {
+    if (fairscale) return reject_for_fairscale(*e, "backward_prefetch");
+    bool is_null = false;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnumOrNull(*e, "fsdp1.backward_prefetch",
+                                              kFsdp1BackwardPrefetches, &out->backward_prefetch,
+                                              &is_null));
+    if (is_null) out->backward_prefetch = Fsdp1BackwardPrefetch::kNone;
+  }
+  if (const Entry* e = fields.Find("forward_prefetch")) {
+    if (fairscale) return reject_for_fairscale(*e, "forward_prefetch");
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "fsdp1.forward_prefetch", &out->forward_prefetch));
+  }
+  if (const Entry* e = fields.Find("limit_all_gathers")) {
+    if (fairscale) return reject_for_fairscale(*e, "limit_all_gathers");
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "fsdp1.limit_all_gathers", &out->limit_all_gathers));
+  }
+  if (const Entry* e = fields.Find("no_sync")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "fsdp1.no_sync", &out->no_sync));
+  }
+  if (const Entry* e = fields.Find("optimize_backward_concat")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadBool(*e, "fsdp1.optimize_backward_concat", &out->optimize_backward_concat));
+    // A fairscale FSDP argument (facebookresearch/fairscale pull requests #1184, #1186, 2024);
+    // torch FSDP1 has no counterpart.
+    if (!fairscale) {
+      return KeyError(*e, "fsdp1.optimize_backward_concat",
+                      "no optimize_backward_concat with implementation torch (it is an argument "
+                      "of fairscale's FullyShardedDataParallel only)",
+                      "optimize_backward_concat with implementation torch");
+    }
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(ReadMixedPrecision(fields.Find("mixed_precision"),
+                                                "fsdp1.mixed_precision", plan, &out->param_dtype,
+                                                &out->reduce_dtype));
+
+  const int32_t world = plan.cluster.world_size();
+  const bool hybrid = IsHybrid(out->sharding_strategy);
+  if (hybrid) {
+    // _init_process_group_state_for_hybrid_shard (torch/distributed/fsdp/_init_utils.py)
+    // without a process group or device mesh calls _init_intra_and_inter_node_groups with
+    // the device count of the node: shard within a node, replicate across nodes.
+    out->mesh = DataParallelMesh{plan.cluster.nodes, plan.cluster.gpus_per_node};
+  } else {
+    out->mesh = DataParallelMesh{1, world};
+  }
+  if (const Entry* e = fields.Find("mesh")) {
+    // _init_process_group_state: a non-hybrid strategy shards over the whole process group
+    // (a device_mesh there is used 1-D); only the hybrid strategies take a 2-D mesh
+    // (_is_valid_hybrid_shard_device_mesh: "Expected device_mesh to have ndim=2").
+    if (!hybrid) {
+      return KeyError(*e, "fsdp1.mesh",
+                      "a mesh only with sharding_strategy HYBRID_SHARD or _HYBRID_SHARD_ZERO2 "
+                      "(other strategies shard over every rank)",
+                      fmt::format("a mesh with sharding_strategy {}",
+                                  NameOf(kFsdp1ShardingStrategies, out->sharding_strategy)));
+    }
+    SHARDSCOPE_RETURN_IF_ERROR(ReadMesh(*e, "fsdp1.mesh", world, &out->mesh));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, SectionFields(entry, "zero", kZeroKeys));
+  const bool stage3 = plan.strategy == Strategy::kZero3;
+  // DeepSpeedZeroConfig.overlap_comm_valid (deepspeed/runtime/zero/config.py): overlap_comm
+  // left unset becomes `stage == ZeroStageEnum.weights`, i.e. true for stage 3 only.
+  out->overlap_comm = stage3;
+  for (const Entry& e : fields.entries) {
+    const std::string path = JoinPath("zero", e.key);
+    const std::string_view key = e.key;
+    const bool stage3_key = key.rfind("stage3_", 0) == 0 || key.rfind("legacy_", 0) == 0;
+    // engine._configure_zero_optimizer passes the stage3_* sizes to
+    // DeepSpeedZeroOptimizer_Stage3 only and allgather_bucket_size to the stage 1/2
+    // DeepSpeedZeroOptimizer only; DeepSpeed ignores them elsewhere, the plan refuses them.
+    if (stage3_key && !stage3) {
+      return KeyError(e, path,
+                      fmt::format("{} only with strategy zero3 (it only applies to ZeRO stage 3)",
+                                  key),
+                      fmt::format("{} with strategy {}", key, StrategyName(plan.strategy)));
+    }
+    if (key == "allgather_bucket_size" && stage3) {
+      return KeyError(e, path,
+                      "allgather_bucket_size only with zero1 or zero2 (it only applies to ZeRO "
+                      "stages 1 and 2; stage 3 fetches parameters by "
+                      "stage3_prefetch_bucket_size)",
+                      "allgather_bucket_size with strategy zero3");
+    }
+    // Sizes: pydantic Field(ge=0) in DeepSpeedZeroConfig for every one of them.
+    if (key == "reduce_bucket_size") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadElementCount(e, path, 0, &out->reduce_bucket_size));
+    } else if (key == "allgather_bucket_size") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadElementCount(e, path, 0, &out->allgather_bucket_size));
+    } else if (key == "stage3_prefetch_bucket_size") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadElementCount(e, path, 0, &out->stage3_prefetch_bucket_size));
+    } else if (key == "stage3_max_live_parameters") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadElementCount(e, path, 0, &out->stage3_max_live_parameters));
+    } else if (key == "stage3_max_reuse_distance") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadElementCount(e, path, 0, &out->stage3_max_reuse_distance));
+    } else if (key == "stage3_param_persistence_threshold") {
+      SHARDSCOPE_RETURN_IF_ERROR(
+          ReadElementCount(e, path, 0, &out->stage3_param_persistence_threshold));
+    } else if (key == "overlap_comm") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->overlap_comm));
+    } else if (key == "contiguous_gradients") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->contiguous_gradients));
+    } else if (key == "legacy_prefetch_first_param_only") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_prefetch_first_param_only));
+    } else if (key == "legacy_stream_sync_in_fetch_release") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_stream_sync_in_fetch_release));
+    } else if (key == "legacy_debug_norm_sync") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_debug_norm_sync));
+    }
   }
   return Status::Ok();
 }
@@ -812,6 +1444,106 @@ Status PlanParser::ReadDdp(const Entry& entry, DdpConfig* out) const {
   if (const Entry* e = fields.Find("bucket_cap_mb")) {
     SHARDSCOPE_RETURN_IF_ERROR(
         ReadNumber(*e, "ddp.bucket_cap_mb", 0, true, kMaxBucketCapMb, &out->bucket_cap_mb));
+  }
+  if (const Entry* e = fields.Find("no_sync")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "ddp.no_sync", &out->no_sync));
+  }
+  return Status::Ok();
+}
+
+Status PlanParser::ReadMoe(const Entry& entry, const Plan& plan, MoeConfig* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "moe", kMoeKeys));
+  const Entry* e = fields.Find("expert_parallel");
+  if (e == nullptr) return Status::Ok();
+  const std::string path = "moe.expert_parallel";
+  int32_t ep = 1;
+  SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, path, 1, kMaxExperts, &ep));
+  if (ep > 1) {
+    if (plan.model.experts <= 1) {
+      return Error(*e, path,
+                   "1 for a dense model (model.experts is 1): expert parallelism splits the "
+                   "experts of an MoE model");
+    }
+    if (plan.strategy != Strategy::kFsdp2 && plan.strategy != Strategy::kFsdp1) {
+      // The simulator lowers expert parallelism with FSDP2 (torchtitan) and FSDP1 (fairscale)
+      // only. DeepSpeed ZeRO-3 itself refuses its MoE layers ("MoE not supported with Stage
+      // 3", engine._configure_zero_optimizer).
+      return Error(MarkOf(*e), path,
+                   "1 with this strategy (expert parallelism is simulated with fsdp2 and fsdp1)",
+                   fmt::format("{} with strategy {}", Describe(e->value),
+                               StrategyName(plan.strategy)));
+    }
+    if (plan.model.experts % ep != 0) {
+      return Error(*e, path,
+                   fmt::format("a divisor of the model's {} experts (each rank of the "
+                               "expert-parallel group holds experts / expert_parallel)",
+                               plan.model.experts));
+    }
+    const int32_t world = plan.cluster.world_size();
+    if (world % ep != 0) {
+      return Error(*e, path, fmt::format("a divisor of the world size {}", world));
+    }
+    // torchtitan ParallelDims._build_mesh_with_ep (torchtitan/distributed/parallel_dims.py)
+    // carves the expert-parallel dimension out of dp_shard (dp_shard_mod_ep = dp_shard * cp
+    // / ep): with HSDP the experts are split inside a shard group.
+    if (plan.strategy == Strategy::kFsdp2 && plan.fsdp2.mesh.replicate > 1 &&
+        plan.fsdp2.mesh.shard % ep != 0) {
+      return Error(*e, path,
+                   fmt::format("a divisor of the HSDP shard group size {} (torchtitan carves "
+                               "expert parallelism out of dp_shard)",
+                               plan.fsdp2.mesh.shard));
+    }
+  }
+  out->expert_parallel = ep;
+  return Status::Ok();
+}
+
+Status PlanParser::ReadCheckpoint(const Entry& entry, const Plan& plan,
+                                  CheckpointConfig* out) const {
+  // torch FSDP.full_optim_state_dict / fairscale FSDP.gather_full_optim_state_dict are FSDP1
+  // APIs; FSDP2 and DeepSpeed checkpoint through other paths (DCP, engine.save_checkpoint).
+  if (plan.strategy != Strategy::kFsdp1) {
+    return KeyError(entry, "checkpoint",
+                    "a checkpoint section only with strategy fsdp1 (optimizer-state "
+                    "consolidation is FSDP1's full_optim_state_dict / fairscale's "
+                    "gather_full_optim_state_dict)",
+                    fmt::format("strategy {}", StrategyName(plan.strategy)));
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(
+      Fields fields, ReadMapping(entry.value, MarkOf(entry), "checkpoint", kCheckpointKeys));
+  if (const Entry* e = fields.Find("consolidate_optimizer_state")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "checkpoint.consolidate_optimizer_state",
+                                        &out->consolidate_optimizer_state));
+  }
+  if (const Entry* e = fields.Find("no_broadcast_optim_state")) {
+    const std::string path = "checkpoint.no_broadcast_optim_state";
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, path, &out->no_broadcast_optim_state));
+    if (out->no_broadcast_optim_state) {
+      // fairscale FullyShardedDataParallel(no_broadcast_optim_state=True): "useful for
+      // situations, like Mixture Of Experts, where all but a few parameters can fit on one
+      // node" — the expert state stays on its rank in gather_full_optim_state_dict.
+      if (plan.fsdp1.implementation != Fsdp1Implementation::kFairscale) {
+        return KeyError(*e, path,
+                        "no_broadcast_optim_state only with fsdp1.implementation fairscale (an "
+                        "argument of fairscale's FullyShardedDataParallel)",
+                        "implementation torch");
+      }
+      if (plan.model.experts <= 1 || plan.moe.expert_parallel <= 1) {
+        return KeyError(*e, path,
+                        "no_broadcast_optim_state only for an MoE model with "
+                        "moe.expert_parallel > 1 (it keeps expert state on the rank that "
+                        "owns it)",
+                        fmt::format("model.experts {} and moe.expert_parallel {}",
+                                    plan.model.experts, plan.moe.expert_parallel));
+      }
+      if (!out->consolidate_optimizer_state) {
+        return KeyError(*e, path,
+                        "no_broadcast_optim_state only with consolidate_optimizer_state: true "
+                        "(it changes gather_full_optim_state_dict, which runs only then)",
+                        "consolidate_optimizer_state false");
+      }
+    }
   }
   return Status::Ok();
 }
@@ -925,26 +1657,11 @@ StatusOr<Plan> PlanParser::Parse(std::string_view text) {
   const YAML::Mark training_mark = MarkOf(training != nullptr ? *training : *top.Find("model"));
   bool dtype_given = false;
   YAML::Mark seq_len_mark = training_mark;
+  YAML::Mark dtype_mark = training_mark;
   if (training != nullptr) {
-    SHARDSCOPE_RETURN_IF_ERROR(
-        ReadTraining(*training, plan.cluster.gpu, &plan.training, &dtype_given, &seq_len_mark));
+    SHARDSCOPE_RETURN_IF_ERROR(ReadTraining(*training, plan.cluster.gpu, &plan.training,
+                                            &dtype_given, &seq_len_mark, &dtype_mark));
   }
-
-  for (const auto& [name, strategy] : kStrategies) {
-    const Entry* section = top.Find(name);
-    if (section == nullptr || strategy == plan.strategy) continue;
-    return Error(
-        section->key_node.Mark(), name,
-        fmt::format("only the '{}' section", StrategyName(plan.strategy)),
-        fmt::format("section '{}' given but strategy is {}", name, StrategyName(plan.strategy)));
-  }
-  if (const Entry* e = top.Find("fsdp2")) SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp2(*e, &plan.fsdp2));
-  if (const Entry* e = top.Find("ddp")) SHARDSCOPE_RETURN_IF_ERROR(ReadDdp(*e, &plan.ddp));
-  if (const Entry* e = top.Find("host")) SHARDSCOPE_RETURN_IF_ERROR(ReadHost(*e, &plan.host));
-  if (const Entry* e = top.Find("allocator")) {
-    SHARDSCOPE_RETURN_IF_ERROR(ReadAllocator(*e, plan.cluster.world_size(), &plan.memory));
-  }
-
   // The default dtype must suit the GPU too (bf16 on a V100, say); an explicit one was
   // checked where it was read.
   if (!dtype_given && !DTypeSupported(plan.cluster.gpu, plan.training.dtype)) {
@@ -952,6 +1669,48 @@ StatusOr<Plan> PlanParser::Parse(std::string_view text) {
     return Error(MarkOf(training != nullptr ? *training : *top.Find("cluster")), "training.dtype",
                  ExpectedDType(plan.cluster.gpu),
                  fmt::format("the default {}", Quote(traces::DTypeName(plan.training.dtype))));
+  }
+
+  // One strategy section, the chosen strategy's own.
+  std::string_view own_section;
+  for (const StrategySection& entry : kStrategySections) {
+    if (entry.strategy == plan.strategy) own_section = entry.section;
+  }
+  for (const StrategySection& entry : kStrategySections) {
+    const Entry* section = top.Find(entry.section);
+    if (section == nullptr || entry.section == own_section) continue;
+    return Error(section->key_node.Mark(), entry.section,
+                 fmt::format("only the '{}' section", own_section),
+                 fmt::format("section '{}' given but strategy is {}", entry.section,
+                             StrategyName(plan.strategy)));
+  }
+  const bool zero = plan.strategy == Strategy::kZero1 || plan.strategy == Strategy::kZero2 ||
+                    plan.strategy == Strategy::kZero3;
+  if (zero && plan.training.dtype == traces::DType::kFloat8E4M3) {
+    // DeepSpeed's precisions are its fp16 and bf16 config sections or fp32
+    // (deepspeed/runtime/config.py: get_fp16_enabled, get_bfloat16_enabled; DtypeEnum has
+    // fp16, fp32, int8, bf16); ZeRO keeps its flat partitions in that dtype and has no fp8.
+    return Error(dtype_mark, "training.dtype",
+                 fmt::format("bf16, fp16 or fp32 with strategy {} (DeepSpeed ZeRO has no fp8 "
+                             "precision: its config knows fp16, bf16 and fp32)",
+                             StrategyName(plan.strategy)),
+                 "'fp8'");
+  }
+  // Every strategy's defaults are resolved (mixed precision, mesh, overlap_comm), so a plan
+  // whose strategy a caller changes afterwards still holds consistent values.
+  SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp2(top.Find("fsdp2"), plan, &plan.fsdp2));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp1(top.Find("fsdp1"), plan, &plan.fsdp1));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadZero(top.Find("zero"), plan, &plan.zero));
+  if (const Entry* e = top.Find("ddp")) SHARDSCOPE_RETURN_IF_ERROR(ReadDdp(*e, &plan.ddp));
+  // After the strategy sections: expert parallelism depends on the HSDP mesh, and the
+  // checkpoint on fairscale and on expert parallelism.
+  if (const Entry* e = top.Find("moe")) SHARDSCOPE_RETURN_IF_ERROR(ReadMoe(*e, plan, &plan.moe));
+  if (const Entry* e = top.Find("checkpoint")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadCheckpoint(*e, plan, &plan.checkpoint));
+  }
+  if (const Entry* e = top.Find("host")) SHARDSCOPE_RETURN_IF_ERROR(ReadHost(*e, &plan.host));
+  if (const Entry* e = top.Find("allocator")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadAllocator(*e, plan.cluster.world_size(), &plan.memory));
   }
 
   // The model's own limits on the workload (seq_len within learned position embeddings).
