@@ -267,6 +267,7 @@ class Engine {
 
   void EmitHost(RankState& r, int32_t op_index, HostSpanKind kind, int64_t start, int64_t end,
                 int64_t correlation);
+  void NoteStepEnd(RankState& r, int32_t op_index, int64_t end);
   void EmitDevice(RankState& r, const Participant& p, int64_t start, int64_t end,
                   const CollectiveRun* run);
   std::string DescribeOp(const RankState& r, int32_t op_index) const;
@@ -392,6 +393,7 @@ StatusOr<SimulationResult> Engine::Run() {
 
   if (!past_event_.empty()) return Status::Internal(past_event_);
   SimulationResult result;
+  std::map<const traces::Program*, bool> has_checkpoint;  // whether a program has checkpoint-phase ops
   result.ops_executed = ops_executed_;
   result.events_processed = events_processed_;
   result.ranks.reserve(ranks_.size());
@@ -411,7 +413,16 @@ StatusOr<SimulationResult> Engine::Run() {
       result.hung = true;
       result.blocked.push_back(DescribeBlocked(r));
     }
+    // Without checkpoint ops the step is the whole run (host time after the last span, an
+    // out-of-memory stop, included).
+    auto [it, inserted] = has_checkpoint.try_emplace(r.program, false);
+    if (inserted) {
+      it->second = std::any_of(r.program->ops.begin(), r.program->ops.end(),
+                               [](const Op& op) { return op.tags.phase == traces::Phase::kCheckpoint; });
+    }
+    if (!it->second) r.stats.step_end_ns = r.stats.end_ns;
     result.makespan_ns = std::max(result.makespan_ns, r.stats.end_ns);
+    result.step_ns = std::max(result.step_ns, r.stats.step_end_ns);
     result.ranks.push_back(std::move(r.stats));
   }
   return result;
@@ -1145,9 +1156,18 @@ void Engine::OnCommCountChanged(RankState& r, int32_t before) {
 
 // ---- Observation
 
+// The training step ends with its last op outside the checkpoint phase (a checkpoint's
+// consolidation after the optimizer step is reported on its own).
+void Engine::NoteStepEnd(RankState& r, int32_t op_index, int64_t end) {
+  if (op_index < 0 || OpOf(r, op_index).tags.phase != traces::Phase::kCheckpoint) {
+    r.stats.step_end_ns = std::max(r.stats.step_end_ns, end);
+  }
+}
+
 void Engine::EmitHost(RankState& r, int32_t op_index, HostSpanKind kind, int64_t start, int64_t end,
                       int64_t correlation) {
   if (kind != HostSpanKind::kSynchronize) r.stats.host_busy_ns += end - start;
+  NoteStepEnd(r, op_index, end);
   // A sum of per-span hashes: identical spans give the same hash in any emission order
   // (same-instant events of different ranks interleave differently).
   r.stats.timeline_hash += HashCombine(HashCombine(static_cast<uint64_t>(op_index) << 3 | static_cast<uint64_t>(kind),
@@ -1158,6 +1178,7 @@ void Engine::EmitHost(RankState& r, int32_t op_index, HostSpanKind kind, int64_t
 
 void Engine::EmitDevice(RankState& r, const Participant& p, int64_t start, int64_t end,
                         const CollectiveRun* run) {
+  NoteStepEnd(r, p.op_index, end);
   r.stats.timeline_hash += HashCombine(
       HashCombine(static_cast<uint64_t>(p.op_index) << 8 | static_cast<uint64_t>(p.stream) | 0x80, static_cast<uint64_t>(start)),
       static_cast<uint64_t>(end));

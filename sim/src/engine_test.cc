@@ -319,6 +319,19 @@ TEST(EngineTest, FullLaunchQueueBlocksTheHost) {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
+TEST(EngineTest, CheckpointPhaseIsTimedApartFromTheStep) {
+  // K1 (launch 0..10, runs 10..110) is the step; K2, tagged checkpoint (launch 10..20, runs
+  // 110..160), is not: step 110, makespan 160. Without the tag the step is the makespan.
+  for (bool tagged : {true, false}) {
+    Builder b(1);
+    b.Kernel(0, 0, 100).Kernel(0, 0, 50);
+    if (tagged) b.schedule.programs[0].ops[1].tags.phase = traces::Phase::kCheckpoint;
+    SimulationResult result = b.Run(Launch10());
+    EXPECT_EQ(result.makespan_ns, 160);
+    EXPECT_EQ(result.step_ns, tagged ? 110 : 160);
+  }
+}
+
 EngineConfig WithMemory(int64_t capacity, bool warm) {
   EngineConfig config = Launch10();
   config.memory.enabled = true;

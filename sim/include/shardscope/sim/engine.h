@@ -169,6 +169,7 @@ struct StreamStats {
 
 struct RankStats {
   int64_t end_ns = 0;                 // when the rank's last host op or device op finished
+  int64_t step_end_ns = 0;            // the same, leaving out checkpoint-phase ops
   int64_t compute_ns = 0;             // time with >= 1 compute kernel running
   int64_t comm_ns = 0;                // time with >= 1 collective running
   int64_t overlap_ns = 0;             // time with both (HTA: comm ∩ compute)
@@ -189,6 +190,8 @@ struct BlockedRank {
 
 struct SimulationResult {
   int64_t makespan_ns = 0;            // max over ranks of end_ns
+  int64_t step_ns = 0;                // max over ranks of step_end_ns: the training step
+                                      // without a checkpoint that follows it
   std::vector<RankStats> ranks;
   bool hung = false;
   std::vector<BlockedRank> blocked;   // non-empty when hung
