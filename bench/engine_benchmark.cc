@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 
 #include "shardscope/sim/engine.h"
@@ -154,6 +155,54 @@ BENCHMARK(BM_Llama70bFsdp2Step)
     ->ArgNames({"gpus", "allocator"})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+// Lowering alone, per strategy, for Llama-3-70B on `gpus` H100s: what the strategy's
+// lowering costs beside the simulation it feeds (BM_Llama70bFsdp2Step times both).
+// range(1) indexes kLoweringPlans.
+constexpr std::array<std::string_view, 6> kLoweringPlans = {
+    "strategy: fsdp2\n",
+    "strategy: fsdp2\nfsdp2: {mesh: {replicate: REPLICAS}}\n",
+    "strategy: fsdp1\n",
+    "strategy: zero2\n",
+    "strategy: zero3\n",
+    "strategy: ddp\n",
+};
+constexpr std::array<std::string_view, 6> kLoweringPlanNames = {"fsdp2", "hsdp", "fsdp1", "zero2", "zero3", "ddp"};
+
+void BM_LowerLlama70b(benchmark::State& state) {
+  const auto gpus = static_cast<int32_t>(state.range(0));
+  const auto which = static_cast<size_t>(state.range(1));
+  std::string strategy(kLoweringPlans[which]);
+  if (const size_t at = strategy.find("REPLICAS"); at != std::string::npos) {
+    strategy.replace(at, 8, std::to_string(gpus / 8));
+  }
+  const std::string yaml = fmt::format(
+      "model: llama3-70b\n"
+      "cluster: {{preset: dgx-h100, nodes: {}}}\n"
+      "training: {{seq_len: 8192, micro_batch_size: 1, activation_checkpointing: full}}\n{}",
+      gpus / 8, strategy);
+  StatusOr<Plan> plan = ParsePlan(yaml, "<bench>");
+  if (!plan.ok()) {
+    state.SkipWithError(plan.status().message().c_str());
+    return;
+  }
+  state.SetLabel(std::string(kLoweringPlanNames[which]));
+  int64_t ops = 0;
+  for (auto _ : state) {
+    StatusOr<traces::Schedule> schedule = LowerPlan(*plan);
+    if (!schedule.ok()) {
+      state.SkipWithError(schedule.status().message().c_str());
+      return;
+    }
+    ops = static_cast<int64_t>(schedule->ProgramOf(0).ops.size());
+    benchmark::DoNotOptimize(schedule->ranks.data());
+  }
+  state.counters["ops_per_rank"] = static_cast<double>(ops);
+}
+BENCHMARK(BM_LowerLlama70b)
+    ->ArgsProduct({{8192}, {0, 1, 2, 3, 4, 5}})
+    ->ArgNames({"gpus", "plan"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace shardscope::sim

@@ -73,6 +73,7 @@ struct AllocatorLog;
 
 struct RankState {
   const Program* program = nullptr;
+  bool has_checkpoint_ops = false;         // the program has checkpoint-phase ops
   int32_t rank = 0;
   HostState host;
   std::vector<StreamState> streams;
@@ -286,6 +287,7 @@ class Engine {
   bool warming_ = false;    // replaying a rank's first step into its allocator
   bool building_log_ = false;
   bool log_used_events_ = false;
+  std::map<const Program*, bool> has_checkpoint_;  // per program: any checkpoint-phase op
   struct LogSlot {
     bool built = false;
     std::shared_ptr<const AllocatorLog> log;
@@ -310,6 +312,14 @@ StatusOr<SimulationResult> Engine::Run() {
     const traces::RankBinding& binding = schedule_.ranks[static_cast<size_t>(rank)];
     r.rank = rank;
     r.program = &schedule_.ProgramOf(rank);
+    {
+      auto [it, inserted] = has_checkpoint_.try_emplace(r.program, false);
+      if (inserted) {
+        it->second = std::any_of(r.program->ops.begin(), r.program->ops.end(),
+                                 [](const Op& op) { return op.tags.phase == traces::Phase::kCheckpoint; });
+      }
+      r.has_checkpoint_ops = it->second;
+    }
     r.streams.resize(r.program->streams.size());
     r.stats.streams.resize(r.program->streams.size());
     r.event_last_record.assign(r.program->events.size(), -1);
@@ -393,7 +403,6 @@ StatusOr<SimulationResult> Engine::Run() {
 
   if (!past_event_.empty()) return Status::Internal(past_event_);
   SimulationResult result;
-  std::map<const traces::Program*, bool> has_checkpoint;  // whether a program has checkpoint-phase ops
   result.ops_executed = ops_executed_;
   result.events_processed = events_processed_;
   result.ranks.reserve(ranks_.size());
@@ -415,12 +424,7 @@ StatusOr<SimulationResult> Engine::Run() {
     }
     // Without checkpoint ops the step is the whole run (host time after the last span, an
     // out-of-memory stop, included).
-    auto [it, inserted] = has_checkpoint.try_emplace(r.program, false);
-    if (inserted) {
-      it->second = std::any_of(r.program->ops.begin(), r.program->ops.end(),
-                               [](const Op& op) { return op.tags.phase == traces::Phase::kCheckpoint; });
-    }
-    if (!it->second) r.stats.step_end_ns = r.stats.end_ns;
+    if (!r.has_checkpoint_ops) r.stats.step_end_ns = r.stats.end_ns;
     result.makespan_ns = std::max(result.makespan_ns, r.stats.end_ns);
     result.step_ns = std::max(result.step_ns, r.stats.step_end_ns);
     result.ranks.push_back(std::move(r.stats));
@@ -1159,6 +1163,7 @@ void Engine::OnCommCountChanged(RankState& r, int32_t before) {
 // The training step ends with its last op outside the checkpoint phase (a checkpoint's
 // consolidation after the optimizer step is reported on its own).
 void Engine::NoteStepEnd(RankState& r, int32_t op_index, int64_t end) {
+  if (!r.has_checkpoint_ops) return;  // the step is the whole run (set when results are gathered)
   if (op_index < 0 || OpOf(r, op_index).tags.phase != traces::Phase::kCheckpoint) {
     r.stats.step_end_ns = std::max(r.stats.step_end_ns, end);
   }
