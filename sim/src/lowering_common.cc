@@ -118,10 +118,19 @@ void EmitAllToAll(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamI
 
 }  // namespace
 
+bool IsLossKernel(const ModuleKernel& kernel) { return kernel.name.rfind("loss.", 0) == 0; }
+
+namespace {
+bool InPart(const ModuleKernel& kernel, KernelPart part) {
+  return part == KernelPart::kAll || (part == KernelPart::kLoss) == IsLossKernel(kernel);
+}
+}  // namespace
+
 void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                        const ModuleKernels& module) {
+                        const ModuleKernels& module, KernelPart part) {
   const bool ep = ExpertParallel(ctx, module);
   for (const ModuleKernel& kernel : module.forward) {
+    if (!InPart(kernel, part)) continue;
     if (ep && kernel.name == "moe.unpermute") EmitAllToAll(ctx, b, stream, "MoE::combine", false);
     b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
     b.Kernel(stream, kernel.name, kernel.compute);
@@ -130,20 +139,56 @@ void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::S
 }
 
 void EmitBackwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                         const ModuleKernels& module, bool recompute) {
+                         const ModuleKernels& module, bool recompute, KernelPart part) {
   if (recompute) {
     b.Allocate("recomputed." + module.name, module.saved_bytes(), stream);
     EmitForwardKernels(ctx, b, stream, module);
   }
+  for (const ModuleKernel& kernel : module.backward) {
+    if (InPart(kernel, part)) EmitBackwardKernel(ctx, b, stream, module, kernel);
+  }
+  if (recompute) b.Free("recomputed." + module.name);
+}
+
+std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module) {
+  std::vector<std::vector<size_t>> ready(module.backward.size());
+  if (module.backward.empty()) return ready;
+  const auto ends_with = [](const std::string& s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  size_t next = module.params.size();  // params are consumed from the back
+  for (size_t k = 0; k < module.backward.size(); ++k) {
+    const ModuleKernel& kernel = module.backward[k];
+    if (ends_with(kernel.name, ".wgrad") && !ends_with(kernel.name, ".rem.wgrad")) {
+      const auto* gemm = std::get_if<traces::GemmDesc>(&kernel.compute);
+      if (gemm == nullptr) continue;
+      const int64_t weight_elements = gemm->m * gemm->n * gemm->batch;
+      int64_t consumed = 0;
+      while (next > 0 && consumed < weight_elements && module.params[next - 1].matmul) {
+        --next;
+        consumed += module.params[next].numel;
+        ready[k].push_back(next);
+      }
+    } else if (ends_with(kernel.name, "norm.bwd")) {
+      while (next > 0 && !module.params[next - 1].matmul && !IsExpertParam(module.params[next - 1]) &&
+             module.params[next - 1].name.find("norm") != std::string::npos) {
+        --next;
+        ready[k].push_back(next);
+      }
+    }
+  }
+  while (next > 0) ready.back().push_back(--next);
+  return ready;
+}
+
+void EmitBackwardKernel(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                        const ModuleKernels& module, const ModuleKernel& kernel) {
   // Autograd runs the all-to-alls' backward: the combine's gradient goes back to the expert
   // ranks after unpermute's backward, the dispatch's after the experts' backward.
   const bool ep = ExpertParallel(ctx, module);
-  for (const ModuleKernel& kernel : module.backward) {
-    if (ep && kernel.name == "moe.permute.bwd") EmitAllToAll(ctx, b, stream, "MoE::dispatch.bwd", false);
-    b.Kernel(stream, kernel.name, kernel.compute);
-    if (ep && kernel.name == "moe.unpermute.bwd") EmitAllToAll(ctx, b, stream, "MoE::combine.bwd", false);
-  }
-  if (recompute) b.Free("recomputed." + module.name);
+  if (ep && kernel.name == "moe.permute.bwd") EmitAllToAll(ctx, b, stream, "MoE::dispatch.bwd", false);
+  b.Kernel(stream, kernel.name, kernel.compute);
+  if (ep && kernel.name == "moe.unpermute.bwd") EmitAllToAll(ctx, b, stream, "MoE::combine.bwd", false);
 }
 
 void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel) {

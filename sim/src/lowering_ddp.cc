@@ -21,7 +21,7 @@ using traces::Phase;
 
 struct DdpBucket {
   int64_t bytes = 0;
-  size_t last_module = 0;  // the module (forward index) whose gradients complete it
+  int64_t last_param = 0;  // position, in gradient-ready order, of the parameter completing it
 };
 
 traces::Program LowerDdpProgram(const LoweringContext& ctx) {
@@ -42,12 +42,13 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
   {
     int64_t cap = static_cast<int64_t>(plan.ddp.first_bucket_mb * 1024 * 1024);
     DdpBucket current;
+    int64_t position = 0;
     for (size_t step = 0; step < ctx.modules.size(); ++step) {
       const size_t m = ctx.modules.size() - 1 - step;
       const auto& params = ctx.modules[m].params;
       for (auto it = params.rbegin(); it != params.rend(); ++it) {
         current.bytes += it->numel * kFp32Bytes;
-        current.last_module = m;
+        current.last_param = position++;
         if (current.bytes >= cap) {
           buckets.push_back(current);
           current = DdpBucket{};
@@ -107,7 +108,11 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       if (Checkpointed(ctx, module) && cast_bytes(module) > 0) b.Free("weight_cast." + module.name);
     }
     b.SetPhase(Phase::kBackward);
+    // The loss's backward runs first, before any parameter gradient exists (KernelPart).
+    b.SetModule(ctx.modules.back().name);
+    EmitBackwardKernels(ctx, b, compute, ctx.modules.back(), /*recompute=*/false, KernelPart::kLoss);
     size_t next_bucket = 0;
+    int64_t params_ready = 0;  // parameters whose gradient is complete, in gradient-ready order
     for (size_t step = 0; step < ctx.modules.size(); ++step) {
       const size_t m = ctx.modules.size() - 1 - step;
       const ModuleKernels& module = ctx.modules[m];
@@ -124,31 +129,52 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       }
       // The GEMMs produce bf16 weight gradients; the cast's backward turns them into fp32.
       if (cast_bytes(module) > 0) b.Allocate("grad_lowp." + module.name, cast_bytes(module), compute);
-      EmitBackwardKernels(ctx, b, compute, module, recompute);
+      if (recompute) {
+        b.Allocate("recomputed." + module.name, module.saved_bytes(), compute);
+        EmitForwardKernels(ctx, b, compute, module);
+      }
+      // Reducer::autograd_hook runs per parameter, from AccumulateGrad's post-hook, as soon as
+      // that parameter's gradient is complete (reducer.cpp mark_variable_ready): the gradient
+      // is copied into its bucket (gradient_as_bucket_view=False) and every bucket now
+      // complete is launched, in order (mark_bucket_ready) — while the module's remaining
+      // backward kernels still run.
+      const std::vector<std::vector<size_t>> ready_after = GradReadyAfter(module);
+      for (size_t k = 0; k < module.backward.size(); ++k) {
+        const ModuleKernel& kernel = module.backward[k];
+        if (IsLossKernel(kernel)) continue;
+        EmitBackwardKernel(ctx, b, compute, module, kernel);
+        if (ready_after[k].empty()) continue;
+        int64_t numel = 0, cast = 0;
+        for (size_t p : ready_after[k]) {
+          numel += module.params[p].numel;
+          cast += module.params[p].matmul && ctx.compute_dtype != DType::kFloat32 ? module.params[p].numel : 0;
+        }
+        params_ready += static_cast<int64_t>(ready_after[k].size());
+        // autocast's ToCopyBackward: the bf16 weight gradients become fp32.
+        if (cast > 0) {
+          b.MemoryKernel(compute, "autocast::to_copy_backward", cast * DTypeSize(ctx.compute_dtype), cast * kFp32Bytes);
+        }
+        if (mb > 0) b.MemoryKernel(compute, "AccumulateGrad", 2 * numel * kFp32Bytes, numel * kFp32Bytes);
+        if (!sync) continue;
+        b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);
+        b.MemoryKernel(compute, "DDP::copy_grad_to_bucket", numel * kFp32Bytes, numel * kFp32Bytes);
+        while (next_bucket < buckets.size() && buckets[next_bucket].last_param < params_ready) {
+          const std::string ready = fmt::format("bucket_ready.{}", next_bucket);
+          b.Record(b.Event(ready), compute);
+          b.Wait(nccl, b.Event(ready));
+          b.Collective(nccl, "DDP::all_reduce", CollectiveType::kAllReduce, dp, buckets[next_bucket].bytes,
+                       DType::kFloat32);
+          b.Record(b.Event(fmt::format("bucket_done.{}", next_bucket)), nccl);
+          ++next_bucket;
+        }
+      }
+      if (recompute) b.Free("recomputed." + module.name);
       if (cast_bytes(module) > 0) {
-        b.MemoryKernel(compute, "autocast::to_copy_backward", cast_bytes(module), cast_numel(module) * kFp32Bytes);
         b.Free("grad_lowp." + module.name);
         b.Free("weight_cast." + module.name);
       }
-      if (mb > 0) {
-        b.MemoryKernel(compute, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
-        b.Free(grad);
-      }
+      if (mb > 0) b.Free(grad);
       b.Free("activations." + module.name);
-      if (!sync) continue;
-      // Reducer::autograd_hook -> mark_variable_ready: copy the gradient into its bucket
-      // (gradient_as_bucket_view=False), launch every bucket now complete, in order.
-      b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);
-      b.MemoryKernel(compute, "DDP::copy_grad_to_bucket", grad_bytes, grad_bytes);
-      while (next_bucket < buckets.size() && buckets[next_bucket].last_module == m) {
-        const std::string ready = fmt::format("bucket_ready.{}", next_bucket);
-        b.Record(b.Event(ready), compute);
-        b.Wait(nccl, b.Event(ready));
-        b.Collective(nccl, "DDP::all_reduce", CollectiveType::kAllReduce, dp, buckets[next_bucket].bytes,
-                     DType::kFloat32);
-        b.Record(b.Event(fmt::format("bucket_done.{}", next_bucket)), nccl);
-        ++next_bucket;
-      }
     }
     // Reducer::finalize_backward: for each bucket in order, wait for its all-reduce
     // (future_work->wait() makes the current stream wait), then copy the averaged bucket

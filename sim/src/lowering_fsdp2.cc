@@ -573,7 +573,7 @@ void Fsdp2Lowering::Forward() {
     // block, after attention; the copy-out is what the expert GEMMs wait for).
     for (size_t experts : experts_of_module_[m]) PreForward(experts);
     b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
-    EmitForwardKernels(ctx_, b_, compute_, module);
+    EmitForwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
     for (size_t experts : experts_of_module_[m]) {
       b_.HostWork("FSDP::post_forward", ctx_.plan.host.hook_overhead_ns);
       ReshardAfterForward(experts);
@@ -587,6 +587,9 @@ void Fsdp2Lowering::Forward() {
       if (m + 1 == ctx_.modules.size()) ReleaseForwardAllGatherState();  // the root's post_forward
     }
   }
+  // The loss runs after the root's forward has returned (KernelPart).
+  b_.SetModule(ctx_.modules.back().name);
+  EmitForwardKernels(ctx_, b_, compute_, ctx_.modules.back(), KernelPart::kLoss);
 }
 
 // FSDPParamGroup.post_backward -> foreach_reduce (_fsdp_collectives.py).
@@ -769,6 +772,9 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
   // Units in backward order are the reverse of post-forward order ([norm, output] first, the
   // embedding last; FSDP2's _backward_prefetch walks post_forward_order backwards).
   std::vector<bool> pre_backward_done(units_.size(), false);
+  // The loss's backward first: the pre-backward hooks fire on the model output's gradient.
+  b_.SetModule(ctx_.modules.back().name);
+  EmitBackwardKernels(ctx_, b_, compute_, ctx_.modules.back(), /*recompute=*/false, KernelPart::kLoss);
   // Module order in backward: head, layers.L-1 .. layers.0, embed.
   for (size_t step = 0; step < ctx_.modules.size(); ++step) {
     const size_t m = ctx_.modules.size() - 1 - step;
@@ -792,7 +798,7 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
     for (size_t experts : experts_of_module_[m]) {
       for (const auto& [grad, numel] : units_[experts].grads) b_.Allocate(grad, numel * ParamBytes(), compute_);
     }
-    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module));
+    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module), KernelPart::kModel);
     b_.Free("activations." + module.name);
     // The experts' post-backward (their input gradient is ready before attention's
     // backward), then the unit's once its first module is done.

@@ -417,8 +417,11 @@ std::function<bool(const traces::Op&)> AllGatherDoneOf(const traces::Program& pr
 std::function<bool(const traces::Op&)> FirstKernelOf(const traces::Program& program, const std::string& module,
                                                      traces::Phase phase) {
   return [&program, module, phase](const traces::Op& op) {
+    // The module's own kernels: not FSDP's copies, not the loss (computed outside the model,
+    // before the pre-backward hooks fire).
     return std::holds_alternative<traces::KernelOp>(op.payload) && op.tags.phase == phase &&
-           program.NameOf(op.tags.module) == module && program.NameOf(op.name).rfind("FSDP::", 0) != 0;
+           program.NameOf(op.tags.module) == module && program.NameOf(op.name).rfind("FSDP::", 0) != 0 &&
+           program.NameOf(op.name).rfind("loss.", 0) != 0;
   };
 }
 

@@ -76,16 +76,39 @@ bool Checkpointed(const LoweringContext& ctx, const ModuleKernels& module);
 // only its input).
 int64_t SavedBytes(const LoweringContext& ctx, const ModuleKernels& module);
 
+// The loss (the logits' upcast and the cross-entropy, kernels named "loss.*") is computed
+// outside the model's forward: torchtitan's train.py forward_backward_step runs
+// `pred = model(inputs)` and then `loss_fn(pred, labels)`, so the FSDP post-forward hooks
+// fire before the loss kernels, and the pre-backward hooks (registered on `pred`) after the
+// loss's backward. Strategies that model hooks emit the head in two parts.
+enum class KernelPart : uint8_t { kAll, kModel, kLoss };
+bool IsLossKernel(const ModuleKernel& kernel);
+
 // Forward kernels of one module on `stream`, each preceded by the Python + dispatcher time
 // eager mode spends issuing it; with expert parallelism, the token dispatch and combine
 // all-to-alls on the kCommExpert slot around the expert GEMMs.
 void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                        const ModuleKernels& module);
+                        const ModuleKernels& module, KernelPart part = KernelPart::kAll);
 // Backward kernels (from the C++ autograd engine: no Python time per kernel). With
 // `recompute` the forward runs again first, re-creating the saved activations
 // ("recomputed.<module>") for the duration of the backward; MoE all-to-alls as in forward.
 void EmitBackwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                         const ModuleKernels& module, bool recompute);
+                         const ModuleKernels& module, bool recompute, KernelPart part = KernelPart::kAll);
+
+// Which parameters' gradients are complete after each backward kernel of `module`:
+// result[k] lists indices into module.params whose gradient the k-th backward kernel
+// finishes (autograd's AccumulateGrad runs right after the kernel producing the gradient;
+// DDP's and ZeRO's per-parameter hooks fire there). Matched from the kernel shapes: a
+// "*.wgrad" GEMM completes the linear parameters (weights and biases, walking the parameter
+// list backwards) whose weight elements make up its m x n x batch output; a "*norm.bwd"
+// kernel the norm's parameters. Anything not matched (embeddings, tied weights) completes
+// with the module's last backward kernel.
+std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module);
+
+// One backward kernel of `module` (with the MoE all-to-all that follows or precedes it), for
+// strategies that interleave per-parameter hooks with the kernels. No recompute.
+void EmitBackwardKernel(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                        const ModuleKernels& module, const ModuleKernel& kernel);
 
 // ---- Optimizer step ------------------------------------------------------------------------
 

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <vector>
 
+#include "lowering_internal.h"
 #include "shardscope/sim/compute_model.h"
 #include "shardscope/sim/simulation.h"
 
@@ -98,6 +101,54 @@ TEST(LoweringBytes, ExpertParallelAllToAlls) {
     }
     EXPECT_EQ(host_syncs, ep == 1 ? 0 : 2) << "the splits' .tolist() per MoE block";
   }
+}
+
+// Per-parameter gradient readiness from the kernel shapes: each wgrad GEMM completes exactly
+// the linear weights it computes, each norm's backward the norm's weight, in backward order.
+TEST(GradReadyAfter, MatchesEveryLlamaBlockParameterToItsKernel) {
+  const Plan plan = ToyPlan("ddp");
+  const std::vector<ModuleKernels> modules =
+      DecomposeModel(plan.model, Workload{plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype});
+  const ModuleKernels& block = modules[1];
+  ASSERT_EQ(block.name, "layers.0");
+  const auto ready = GradReadyAfter(block);
+  std::map<std::string, std::vector<std::string>> by_kernel;
+  size_t matched = 0;
+  for (size_t k = 0; k < ready.size(); ++k) {
+    for (size_t p : ready[k]) {
+      by_kernel[block.backward[k].name].push_back(block.params[p].name);
+      ++matched;
+    }
+  }
+  EXPECT_EQ(matched, block.params.size());
+  using V = std::vector<std::string>;
+  EXPECT_EQ(by_kernel["mlp.down_proj.wgrad"], (V{"feed_forward.w2.weight"}));
+  EXPECT_EQ(by_kernel["mlp.gate_up_proj.wgrad"], (V{"feed_forward.w3.weight", "feed_forward.w1.weight"}));
+  EXPECT_EQ(by_kernel["mlp.norm.bwd"], (V{"ffn_norm.weight"}));
+  EXPECT_EQ(by_kernel["attn.out_proj.wgrad"], (V{"attention.wo.weight"}));
+  EXPECT_EQ(by_kernel["attn.qkv_proj.wgrad"],
+            (V{"attention.wv.weight", "attention.wk.weight", "attention.wq.weight"}));
+  EXPECT_EQ(by_kernel["attn.norm.bwd"], (V{"attention_norm.weight"}));
+}
+
+// DDP launches a bucket as soon as its last parameter's gradient is complete: with 0.5 MiB
+// buckets, the first all-reduce of a block is issued before that block's last backward
+// kernel (its attention-norm backward), not after the whole block.
+TEST(LoweringDdp, BucketsLaunchFromPerParameterHooks) {
+  Plan plan = ToyPlan("ddp");
+  plan.ddp.bucket_cap_mb = 0.5;
+  plan.ddp.first_bucket_mb = 0.5;
+  StatusOr<traces::Schedule> schedule = LowerPlan(plan);
+  ASSERT_TRUE(schedule.ok());
+  const traces::Program& p = schedule->ProgramOf(0);
+  int64_t first_all_reduce = -1, last_block_kernel = -1;
+  for (const traces::Op& op : p.ops) {
+    if (op.tags.phase != traces::Phase::kBackward || p.NameOf(op.tags.module) != "layers.1") continue;
+    if (first_all_reduce < 0 && std::holds_alternative<traces::CollectiveOp>(op.payload)) first_all_reduce = op.id;
+    if (p.NameOf(op.name) == "attn.norm.bwd") last_block_kernel = op.id;
+  }
+  ASSERT_GE(first_all_reduce, 0);
+  EXPECT_LT(first_all_reduce, last_block_kernel);
 }
 
 }  // namespace

@@ -275,7 +275,16 @@ TEST(PlanTest, DdpPlan) {
   }));
   EXPECT_EQ(plan.strategy, Strategy::kDdp);
   EXPECT_DOUBLE_EQ(plan.ddp.bucket_cap_mb, 50.5);
-  EXPECT_DOUBLE_EQ(plan.ddp.first_bucket_mb, DdpConfig{}.first_bucket_mb);
+  // An explicit bucket_cap_mb caps the first bucket too (DistributedDataParallel.__init__:
+  // the 1 MiB first bucket only with bucket_cap_mb=None).
+  EXPECT_DOUBLE_EQ(plan.ddp.first_bucket_mb, 50.5);
+  const Plan defaults = ParseOk(Lines({
+      "model: llama3-8b",
+      "cluster: {preset: dgx-a100, nodes: 1}",
+      "strategy: ddp",
+  }));
+  EXPECT_DOUBLE_EQ(defaults.ddp.first_bucket_mb, 1);
+  EXPECT_DOUBLE_EQ(defaults.ddp.bucket_cap_mb, 25);
 }
 
 TEST(PlanTest, ClusterOverridesConvertUnits) {

@@ -136,7 +136,8 @@ struct ZeroConfig {
 // torch.nn.parallel.DistributedDataParallel knobs.
 struct DdpConfig {
   double bucket_cap_mb = 25;        // kDefaultBucketBytesCap (torch/nn/parallel/distributed.py)
-  double first_bucket_mb = 1;       // dist._DEFAULT_FIRST_BUCKET_BYTES
+  double first_bucket_mb = 1;       // dist._DEFAULT_FIRST_BUCKET_BYTES when bucket_cap_mb is
+                                    // not given; bucket_cap_mb when it is
   bool no_sync = false;             // no_sync() around every micro-batch but the last
 };
 
