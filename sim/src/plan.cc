@@ -173,10 +173,10 @@ constexpr std::array<std::string_view, 11> kFsdp2Keys = {
     "reshard_after_forward", "forward_prefetch", "backward_prefetch", "mixed_precision", "mesh",
     "requires_gradient_sync", "gradient_sync_every_k_blocks", "requires_all_reduce",
     "reshard_after_backward", "blocks_per_unit", "wrap"};
-constexpr std::array<std::string_view, 10> kFsdp1Keys = {
+constexpr std::array<std::string_view, 11> kFsdp1Keys = {
     "sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers", "no_sync",
     "mixed_precision", "mesh", "implementation", "optimize_backward_concat",
-    "reshard_after_forward"};
+    "reshard_after_forward", "bucket_cap_mb"};
 constexpr std::array<std::string_view, 11> kZeroKeys = {
     "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
@@ -1351,6 +1351,18 @@ Status PlanParser::ReadFsdp1(const Entry* entry, const Plan& plan, Fsdp1Config* 
                       "no optimize_backward_concat with implementation torch (it is an argument "
                       "of fairscale's FullyShardedDataParallel only)",
                       "optimize_backward_concat with implementation torch");
+    }
+  }
+  if (const Entry* e = fields.Find("bucket_cap_mb")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadNumber(*e, "fsdp1.bucket_cap_mb", 0, false, kMaxBucketCapMb, &out->bucket_cap_mb));
+    // fairscale FullyShardedDataParallel(bucket_cap_mb=25): its ReduceScatterBucketer; torch
+    // FSDP1 reduce-scatters each FlatParameter on its own.
+    if (!fairscale) {
+      return KeyError(*e, "fsdp1.bucket_cap_mb",
+                      "no bucket_cap_mb with implementation torch (torch FSDP1 has no reduce-scatter "
+                      "bucketing; it is an argument of fairscale's FullyShardedDataParallel)",
+                      "bucket_cap_mb with implementation torch");
     }
   }
   SHARDSCOPE_RETURN_IF_ERROR(ReadMixedPrecision(fields.Find("mixed_precision"),

@@ -114,6 +114,10 @@ struct Fsdp1Config {
   // fairscale only: fp32 gradients accumulated per parameter and concatenated (false, the
   // old way) or accumulated into slices of one flat fp32 buffer (true).
   bool optimize_backward_concat = false;
+  // fairscale only: ReduceScatterBucketer's bucket_cap_mb (FSDP's default 25): gradient
+  // shards smaller than bucket_cap_mb / 4 B / world elements are batched into one bucket
+  // per group; 0 disables bucketing.
+  double bucket_cap_mb = 25;
 };
 
 // DeepSpeed ZeRO (runtime/zero/config.py names; sizes in elements).
