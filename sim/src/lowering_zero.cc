@@ -34,12 +34,117 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 // ---------------------------------------------------------------------------------------
+// Shared by every stage.
+
+// The leaf modules that hold parameters: one per distinct parameter-name prefix
+// (attention_norm, attention.wq, ..., feed_forward.w2), in the module's parameter order.
+// A module's kernels are divided in order among them (estimate: the decomposition does not
+// say which kernel belongs to which leaf).
+struct LeafModule {
+  std::string name;              // "layers.0.attention.wq"
+  std::vector<size_t> params;    // indices into module.params
+  int64_t numel = 0;
+};
+
+std::vector<LeafModule> LeafModulesOf(const ModuleKernels& module) {
+  std::vector<LeafModule> leaves;
+  std::map<std::string, size_t> by_prefix;
+  for (size_t i = 0; i < module.params.size(); ++i) {
+    const std::string& name = module.params[i].name;
+    const size_t dot = name.rfind('.');
+    const std::string prefix = dot == std::string::npos ? name : name.substr(0, dot);
+    auto it = by_prefix.find(prefix);
+    if (it == by_prefix.end()) {
+      it = by_prefix.emplace(prefix, leaves.size()).first;
+      leaves.push_back({module.name + "." + prefix, {}, 0});
+    }
+    leaves[it->second].params.push_back(i);
+    leaves[it->second].numel += module.params[i].numel;
+  }
+  return leaves;
+}
+
+// The backward kernels of the leaf that is `first`-th of `count` in forward order: the
+// backward runs in reverse, so the r-th leaf from the end takes the r-th share.
+ModuleKernels BackwardShare(const ModuleKernels& module, size_t first, size_t count) {
+  ModuleKernels slice = module;
+  const size_t k = module.backward.size();
+  const size_t r = count - 1 - first;
+  slice.backward.assign(module.backward.begin() + static_cast<std::ptrdiff_t>(r * k / count),
+                        module.backward.begin() + static_cast<std::ptrdiff_t>((r + 1) * k / count));
+  return slice;
+}
+
+// get_grad_norm_direct over the rank's gradient tensors (no CPU offload):
+// - stage3.py: grad_norms.append(g.to(device).double().norm(2)) per gradient partition,
+//   torch.sum(torch.pow(torch.stack(grad_norms), 2)) — an fp64 scalar — all_reduce(SUM)
+//   over the data-parallel group, then ** (1/2) and the isinf/isnan/where masking;
+// - stage_1_and_2.py (current main): torch.linalg.vector_norm(g.data.double()) per tensor of
+//   averaged_gradients, torch.stack(all_norms).square().sum().float() — an fp32 scalar —
+//   all_reduce(SUM), pow(1/2), mask_nan_or_inf_with_val_inplace. No .item(): no host sync.
+// Each .double() is a new fp64 copy of the bit16 tensor, dropped after its norm. Then the
+// caller's torch.linalg.vector_norm(torch.stack(norm_groups)) (one group).
+void EmitGradNormDirect(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                        traces::CommSlot comm, const std::vector<int64_t>& tensor_numels, bool fp64_scalar) {
+  constexpr int64_t kFp64Bytes = 8;
+  const int64_t es = DTypeSize(ctx.compute_dtype);
+  const int64_t python_ns = ctx.plan.host.python_op_overhead_ns;
+  for (int64_t numel : tensor_numels) {
+    b.HostWork("python op", python_ns);
+    b.Allocate("grad_norm.double", numel * kFp64Bytes, stream);
+    b.MemoryKernel(stream, "ZeRO::get_grad_norm_direct.double", numel * es, numel * kFp64Bytes);
+    b.HostWork("python op", python_ns);
+    b.MemoryKernel(stream, "ZeRO::get_grad_norm_direct.norm", numel * kFp64Bytes, kFp64Bytes);
+    b.Free("grad_norm.double");
+  }
+  const int64_t n = static_cast<int64_t>(tensor_numels.size());
+  b.HostWork("python op", python_ns);
+  b.MemoryKernel(stream, "ZeRO::get_grad_norm_direct.stack_square_sum", n * kFp64Bytes,
+                 fp64_scalar ? kFp64Bytes : kFp32Bytes);
+  b.Collective(stream, "ZeRO::get_grad_norm_direct.all_reduce", CollectiveType::kAllReduce, comm,
+               fp64_scalar ? kFp64Bytes : kFp32Bytes, fp64_scalar ? DType::kFloat64 : DType::kFloat32);
+  b.HostWork("python op", python_ns);
+  b.MemoryKernel(stream, "ZeRO::get_grad_norm_direct.pow_and_mask", kFp64Bytes, kFp64Bytes);
+  b.HostWork("python op", python_ns);
+  b.MemoryKernel(stream, "ZeRO::global_norm.vector_norm", kFp64Bytes, kFp32Bytes);
+}
+
+// The fp32 gradient of the partition, in two steps (stage_1_and_2.py step:
+// self.flatten(self.averaged_gradients[i]).to(fp32); stage3.py
+// _prepare_fp32_grad_for_sub_group: the same expression): a bit16 flat copy (its own
+// allocation), then the cast into a new fp32 tensor; the bit16 temporary dies with the
+// expression. Then unscale_and_clip_grads: grad.mul_(1 / combined_scale), issued whether or
+// not clipping is on (combined_scale is the loss scale without it).
+void EmitFlattenToFp32AndUnscale(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                                 int64_t partition_numel) {
+  const int64_t es = DTypeSize(ctx.compute_dtype);
+  const int64_t python_ns = ctx.plan.host.python_op_overhead_ns;
+  b.HostWork("python op", python_ns);
+  b.Allocate("grad_shard.flat_bit16", partition_numel * es, stream);
+  b.MemoryKernel(stream, "ZeRO::flatten_grad_partition", partition_numel * es, partition_numel * es);
+  b.HostWork("python op", python_ns);
+  b.Allocate("grad_shard.fp32_partition", partition_numel * kFp32Bytes, stream);
+  b.MemoryKernel(stream, "ZeRO::grad_partition.to_fp32", partition_numel * es, partition_numel * kFp32Bytes);
+  b.Free("grad_shard.flat_bit16");
+  b.HostWork("python op", python_ns);
+  b.MemoryKernel(stream, "ZeRO::unscale_and_clip_grads.mul_", partition_numel * kFp32Bytes,
+                 partition_numel * kFp32Bytes);
+}
+
+// ---------------------------------------------------------------------------------------
 // ZeRO-1 and ZeRO-2: stage_1_and_2.py DeepSpeedZeroOptimizer.
 //
 // One optimizer parameter group: every bit16 parameter lives in one flat buffer
 // (bit16_groups_flat, flatten_dense_tensors_aligned to nccl_start_alignment_factor (2) x
-// world size), replicated on every rank; each rank owns one equal partition of it as an fp32
-// master copy (single_partition_of_fp32_groups) with the Adam moments.
+// world size), replicated on every rank, in parameter order (round_robin_gradients is off by
+// default); each rank owns one equal partition of it as an fp32 master copy
+// (single_partition_of_fp32_groups) with the Adam moments. get_partition_info: the
+// parameters "in partition" are those that overlap the rank's range, a parameter that
+// straddles a boundary counting whole on both sides.
+//
+// Every rank runs one program; the ranks differ only in which parameters they own. The
+// program follows the rank whose owned parameters are largest in total (straddling
+// parameters whole): the rank whose gradient partition peaks highest.
 
 class Zero12Lowering {
  public:
@@ -48,8 +153,16 @@ class Zero12Lowering {
   traces::Program Lower();
 
  private:
-  void AddGradToIpgBucket(int64_t numel);
+  struct Param {
+    int64_t numel = 0;
+    int64_t own = 0;            // elements inside this rank's partition
+    bool in_partition = false;  // is_param_in_current_partition
+  };
+  void SetupBuckets();
+  void AddGradToIpgBucket(size_t param);
   void ReduceIpgGrads();
+  void CopyGradsInPartition(int64_t numel);
+  void ReleaseIpgBuffers(bool keep_grads_in_partition);
   int64_t ElementBytes() const { return DTypeSize(ctx_.compute_dtype); }
 
   const LoweringContext& ctx_;
@@ -57,7 +170,14 @@ class Zero12Lowering {
   ProgramBuilder b_;
   traces::StreamIndex compute_ = 0, reduction_ = 0;
   traces::CommSlot dp_ = 0;
+  std::vector<Param> params_;          // flat (forward) order
+  int64_t grads_in_partition_numel_ = 0;
+  std::vector<size_t> ipg_params_;     // the bucket's parameters
   int64_t elements_in_ipg_bucket_ = 0;
+  int32_t ipg_buffers_ = 0;            // allocated IPG buffers (0 when released)
+  std::string grads_in_partition_;     // this backward's grads_in_partition ("" when None)
+  std::string kept_grads_in_partition_;  // the step's first one, held by averaged_gradients
+  int32_t grads_in_partition_count_ = 0;
   int32_t reductions_ = 0;
 };
 
@@ -73,30 +193,60 @@ traces::Program Zero12Lowering::Lower() {
   dp_ = b_.Comm(kCommWorld);
 
   int64_t total_numel = 0;
-  for (const ModuleKernels& module : ctx_.modules) total_numel += module.param_numel();
+  for (const ModuleKernels& module : ctx_.modules) {
+    for (const ParamTensor& p : module.params) {
+      params_.push_back({p.numel, 0, false});
+      total_numel += p.numel;
+    }
+  }
   // flatten_dense_tensors_aligned(..., nccl_start_alignment_factor * world size): the flat
   // group is padded so that it splits into `world` equal partitions.
   const int64_t flat_numel = RoundUp(total_numel, 2 * world);
   const int64_t partition_numel = flat_numel / world;
+  int64_t best_rank = 0;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const int64_t start = rank * partition_numel, end = start + partition_numel;
+    int64_t whole = 0, offset = 0;
+    for (const Param& p : params_) {
+      if (offset < end && offset + p.numel > start) whole += p.numel;
+      offset += p.numel;
+    }
+    if (whole > grads_in_partition_numel_) {
+      grads_in_partition_numel_ = whole;
+      best_rank = rank;
+    }
+  }
+  {
+    const int64_t start = best_rank * partition_numel, end = start + partition_numel;
+    int64_t offset = 0;
+    for (Param& p : params_) {
+      p.own = std::max<int64_t>(0, std::min(end, offset + p.numel) - std::max(start, offset));
+      p.in_partition = p.own > 0;
+      offset += p.numel;
+    }
+  }
 
-  // Model states. bit16_groups_flat (the replicated parameters), the fp32 master partition
-  // and the Adam moments of the partition (created by the first step and kept), and
-  // grads_in_partition: the contiguous buffer copy_grads_in_partition allocates once for
-  // the rank's own gradient slice (contiguous_gradients) and keeps.
+  // Model states: bit16_groups_flat (the replicated parameters), the fp32 master partition
+  // and the Adam moments of the partition (created by the first step and kept).
+  // grads_in_partition is not kept: copy_grads_in_partition allocates it lazily in every
+  // backward and _release_ipg_buffers drops it in every epilogue.
   b_.SetPhase(Phase::kNone);
   b_.Allocate("unsharded.bit16_groups_flat", flat_numel * es, compute_);
   b_.Allocate("param_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
   b_.Allocate("exp_avg.fp32_partition", partition_numel * kFp32Bytes, compute_);
   b_.Allocate("exp_avg_sq.fp32_partition", partition_numel * kFp32Bytes, compute_);
-  if (zero.contiguous_gradients) b_.Allocate("grad_shard.grads_in_partition", partition_numel * es, compute_);
 
   const int32_t steps = std::max<int32_t>(1, plan.training.grad_accum_steps);
   for (int32_t mb = 0; mb < steps; ++mb) {
     const bool boundary = mb + 1 == steps;
-    // reduce_ready_partitions_and_remove_grads: stage 2 (partition_gradients) reduces every
-    // micro-step; stage 1 only when is_gradient_accumulation_boundary. In between, stage 1
-    // lets autograd accumulate the full bit16 gradients in .grad.
-    const bool reduce = stage2_ || boundary;
+    // process_gradients: the hook reduces only if partition_gradients (stage 2) or
+    // overlap_comm; reduce_ready_partitions_and_remove_grads then reduces every micro-step in
+    // stage 2, only at the accumulation boundary in stage 1. In between, stage 1 lets autograd
+    // accumulate the full bit16 gradients in .grad.
+    const bool reduce_in_hooks = (stage2_ || zero.overlap_comm) && (stage2_ || boundary);
+    // engine.py allreduce_gradients: stage 2 runs the epilogue after every backward; stage 1
+    // calls reduce_gradients at the boundary only.
+    const bool epilogue = stage2_ || boundary;
     b_.SetMicroBatch(mb);
     b_.SetPhase(Phase::kForward);
     for (const ModuleKernels& module : ctx_.modules) {
@@ -107,65 +257,111 @@ traces::Program Zero12Lowering::Lower() {
 
     b_.SetPhase(Phase::kBackward);
     b_.SetModule("");
-    // DeepSpeedZeroOptimizer.backward: with contiguous_gradients, allocate the IPG buffer of
-    // reduce_bucket_size elements for this backward, and a second one with overlap_comm
-    // ("double buffers to avoid data access conflict").
-    const int32_t ipg_buffers = zero.contiguous_gradients ? (zero.overlap_comm ? 2 : 1) : 0;
-    for (int32_t i = 0; i < ipg_buffers; ++i) {
-      b_.Allocate(fmt::format("bucket.ipg.{}", i), zero.reduce_bucket_size * es, compute_);
-    }
+    size_t param_base = params_.size();
+    std::vector<std::vector<LeafModule>> leaves_of(ctx_.modules.size());
+    for (size_t m = 0; m < ctx_.modules.size(); ++m) leaves_of[m] = LeafModulesOf(ctx_.modules[m]);
     for (size_t step = 0; step < ctx_.modules.size(); ++step) {
-      const ModuleKernels& module = ctx_.modules[ctx_.modules.size() - 1 - step];
+      const size_t m = ctx_.modules.size() - 1 - step;
+      const ModuleKernels& module = ctx_.modules[m];
+      param_base -= module.params.size();
       b_.SetModule(module.name);
-      const int64_t grad_bytes = module.param_numel() * es;
-      // Autograd: the first micro-step's gradients become .grad (zero_grad(set_to_none) left
-      // none); later ones are added into the kept .grad (stage 1 only: stage 2 moved them).
-      const bool accumulate = !stage2_ && mb > 0;
-      b_.Allocate(accumulate ? "grad_tmp." + module.name : "grad." + module.name, grad_bytes, compute_);
-      EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module));
-      if (accumulate) {
-        b_.MemoryKernel(compute_, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
-        b_.Free("grad_tmp." + module.name);
+      const bool recompute = Checkpointed(ctx_, module);
+      if (recompute) {
+        b_.Allocate("recomputed." + module.name, module.saved_bytes(), compute_);
+        EmitForwardKernels(ctx_, b_, compute_, module);
       }
+      const std::vector<LeafModule>& leaves = leaves_of[m];
+      if (leaves.empty()) EmitBackwardKernels(ctx_, b_, compute_, module, false);
+      // create_gradient_handling_hooks -> register_grad_hook: one hook per parameter, run by
+      // autograd as soon as that parameter's gradient is accumulated — interleaved with the
+      // module's backward kernels, leaf by leaf in reverse forward order.
+      for (size_t l = leaves.size(); l-- > 0;) {
+        const LeafModule& leaf = leaves[l];
+        const int64_t grad_bytes = leaf.numel * es;
+        // Autograd: the first micro-step's gradients become .grad (zero_grad(set_to_none)
+        // left none); later ones are added into the kept .grad (stage 1 only: stage 2's
+        // epilogue dropped them).
+        const bool accumulate = !stage2_ && mb > 0;
+        b_.Allocate(accumulate ? "grad_tmp." + leaf.name : "grad." + leaf.name, grad_bytes, compute_);
+        EmitBackwardKernels(ctx_, b_, compute_, BackwardShare(module, l, leaves.size()), false);
+        if (accumulate) {
+          b_.MemoryKernel(compute_, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
+          b_.Free("grad_tmp." + leaf.name);
+        }
+        for (auto it = leaf.params.rbegin(); it != leaf.params.rend(); ++it) {
+          b_.HostWork("ZeRO::grad_handling_hook", plan.host.hook_overhead_ns);
+          // process_gradients -> setup_buckets: the first hook of a backward (not
+          // ready_for_gradients) allocates the IPG buffer(s).
+          SetupBuckets();
+          if (reduce_in_hooks) AddGradToIpgBucket(param_base + *it);
+        }
+        // With contiguous_gradients the gradient now lives in the IPG buffer (grad.data =
+        // the buffer's slice): the autograd tensor is dropped.
+        if (reduce_in_hooks) b_.Free("grad." + leaf.name);
+      }
+      if (recompute) b_.Free("recomputed." + module.name);
       b_.Free("activations." + module.name);
-      // create_reduce_and_remove_grad_hooks: one Python hook per parameter on its
-      // AccumulateGrad node, in reverse order of the forward.
-      for (auto it = module.params.rbegin(); it != module.params.rend(); ++it) {
-        b_.HostWork("ZeRO::reduce_partition_and_remove_grads", plan.host.hook_overhead_ns);
-        if (reduce) AddGradToIpgBucket(it->numel);
-      }
-      // The gradient now lives in the IPG buffer (grad.data = the buffer's slice): the
-      // autograd tensor is dropped.
-      if (reduce) b_.Free("grad." + module.name);
     }
     b_.SetModule("");
-    if (reduce) {
+    if (boundary && !stage2_ && !zero.overlap_comm) {
+      // reduce_gradients (stage 1 without overlap_comm): after backward, walk bit16_groups in
+      // parameter (forward) order and reduce every gradient through the IPG bucket.
+      size_t index = 0;
+      for (size_t m = 0; m < ctx_.modules.size(); ++m) {
+        const size_t base = index;
+        for (const LeafModule& leaf : leaves_of[m]) {
+          for (size_t i : leaf.params) AddGradToIpgBucket(base + i);
+          b_.Free("grad." + leaf.name);
+        }
+        index += ctx_.modules[m].params.size();
+      }
+    }
+    if (epilogue) {
       // independent_gradient_partition_epilogue: reduce what is left in the bucket; with
       // overlap_comm, get_accelerator().synchronize() before the partition is read.
       ReduceIpgGrads();
       if (zero.overlap_comm) b_.DeviceSync("ZeRO::ipg_epilogue.synchronize");
-      // averaged_gradients: later micro-steps add the new partition into the kept one.
-      if (mb > 0) b_.MemoryKernel(compute_, "ZeRO::accumulate_averaged_gradients", 2 * partition_numel * es,
-                                  partition_numel * es);
+      // all_grad_tensors: the first epilogue of a step keeps references to the gradients
+      // in partition (views of grads_in_partition), later ones add the new ones into them.
+      const bool first_of_step = !stage2_ || mb == 0;
+      if (!first_of_step) {
+        b_.MemoryKernel(compute_, "ZeRO::accumulate_all_grad_tensors", 2 * grads_in_partition_numel_ * es,
+                        grads_in_partition_numel_ * es);
+      }
+      // _release_ipg_buffers: the IPG buffers and grads_in_partition are dropped; the first
+      // micro-step's grads_in_partition storage lives on through all_grad_tensors (then
+      // averaged_gradients) until the step.
+      ReleaseIpgBuffers(first_of_step);
     }
-    // _release_ipg_buffers (epilogue); a non-reducing stage-1 backward drops them when the
-    // next backward replaces self.ipg_buffer.
-    for (int32_t i = 0; i < ipg_buffers; ++i) b_.Free(fmt::format("bucket.ipg.{}", i));
   }
 
-  // DeepSpeedZeroOptimizer.step: the gradient norm over the partition (get_grad_norm_direct,
-  // all_reduce of the norm over the data-parallel group); the partition's gradient as one
-  // flat fp32 tensor (single_grad_partition); unscale_and_clip_grads; the optimizer on the
-  // fp32 partition; the fp32 gradient dropped; the bit16 partition updated from the fp32
+  // DeepSpeedZeroOptimizer.step: the gradient norm over the partition (scaled_global_norm ->
+  // get_grad_norm_direct on the bit16 averaged_gradients); the partition's gradient as one
+  // flat fp32 tensor; averaged_gradients dropped; unscale_and_clip_grads; the optimizer on
+  // the fp32 partition; the fp32 gradient dropped; the bit16 partition updated from the fp32
   // master; then all_gather_dp_groups.
   b_.SetPhase(Phase::kOptimizer);
   b_.SetMicroBatch(-1);
   b_.SetModule("");
   b_.HostWork("python op", plan.host.python_op_overhead_ns);
+  std::vector<int64_t> owned;  // averaged_gradients: the owned slice of each parameter
+  for (const Param& p : params_) {
+    if (p.in_partition) owned.push_back(p.own);
+  }
+  EmitGradNormDirect(ctx_, b_, compute_, dp_, owned, /*fp64_scalar=*/false);
+  b_.HostWork("python op", plan.host.python_op_overhead_ns);
+  b_.Allocate("grad_shard.flat_bit16", partition_numel * es, compute_);
+  b_.MemoryKernel(compute_, "ZeRO::flatten_grad_partition", partition_numel * es, partition_numel * es);
+  b_.HostWork("python op", plan.host.python_op_overhead_ns);
   b_.Allocate("grad_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
-  b_.MemoryKernel(compute_, "ZeRO::flatten_grad_partition_to_fp32", partition_numel * es,
+  b_.MemoryKernel(compute_, "ZeRO::grad_partition.to_fp32", partition_numel * es, partition_numel * kFp32Bytes);
+  b_.Free("grad_shard.flat_bit16");
+  // free_grad_in_param_list(params_in_partition); averaged_gradients[i] = None.
+  if (!kept_grads_in_partition_.empty()) b_.Free(kept_grads_in_partition_);
+  kept_grads_in_partition_.clear();
+  b_.HostWork("python op", plan.host.python_op_overhead_ns);
+  b_.MemoryKernel(compute_, "ZeRO::unscale_and_clip_grads.mul_", partition_numel * kFp32Bytes,
                   partition_numel * kFp32Bytes);
-  EmitClipGradNorm(ctx_, b_, compute_, partition_numel, /*sharded=*/true, dp_);
   EmitAdamW(b_, compute_, partition_numel);
   b_.Free("grad_shard.fp32_partition");
   b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,
@@ -179,18 +375,56 @@ traces::Program Zero12Lowering::Lower() {
   return b_.Finish();
 }
 
+// setup_buckets: with contiguous_gradients, the IPG buffer of reduce_bucket_size elements,
+// and a second one with overlap_comm ("double buffers to avoid data access conflict"),
+// allocated by the first gradient hook of a backward (ready_for_gradients false).
+void Zero12Lowering::SetupBuckets() {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  if (ipg_buffers_ > 0 || !zero.contiguous_gradients) return;
+  ipg_buffers_ = zero.overlap_comm ? 2 : 1;
+  for (int32_t i = 0; i < ipg_buffers_; ++i) {
+    b_.Allocate(fmt::format("bucket.ipg.{}", i), zero.reduce_bucket_size * ElementBytes(), compute_);
+  }
+}
+
 // reduce_independent_p_g_buckets_and_remove_grads: a gradient that would overflow the bucket
 // first triggers reduce_ipg_grads (and, with contiguous_gradients and overlap_comm, a swap to
 // the other IPG buffer); the gradient is then copied into the IPG buffer on the current
 // stream (contiguous_gradients), except a parameter larger than the bucket, reduced from its
 // own gradient (extra_large_param_to_reduce).
-void Zero12Lowering::AddGradToIpgBucket(int64_t numel) {
+void Zero12Lowering::AddGradToIpgBucket(size_t param) {
   const ZeroConfig& zero = ctx_.plan.zero;
+  const int64_t numel = params_[param].numel;
   if (elements_in_ipg_bucket_ + numel > zero.reduce_bucket_size) ReduceIpgGrads();
   if (zero.contiguous_gradients && numel <= zero.reduce_bucket_size) {
     b_.MemoryKernel(compute_, "ZeRO::copy_grad_to_ipg_buffer", numel * ElementBytes(), numel * ElementBytes());
   }
+  ipg_params_.push_back(param);
   elements_in_ipg_bucket_ += numel;
+}
+
+// copy_grads_in_partition: grads_in_partition (the total numel of the parameters in
+// partition, straddling ones whole) is allocated by the first call of a backward; the whole
+// gradient of the parameter is copied in.
+void Zero12Lowering::CopyGradsInPartition(int64_t numel) {
+  const int64_t es = ElementBytes();
+  if (grads_in_partition_.empty()) {
+    grads_in_partition_ = fmt::format("grad_shard.grads_in_partition.{}", grads_in_partition_count_++);
+    b_.Allocate(grads_in_partition_, grads_in_partition_numel_ * es, reduction_);
+  }
+  b_.MemoryKernel(reduction_, "ZeRO::copy_grads_in_partition", numel * es, numel * es);
+}
+
+void Zero12Lowering::ReleaseIpgBuffers(bool keep_grads_in_partition) {
+  for (int32_t i = 0; i < ipg_buffers_; ++i) b_.Free(fmt::format("bucket.ipg.{}", i));
+  ipg_buffers_ = 0;
+  if (grads_in_partition_.empty()) return;
+  if (keep_grads_in_partition) {
+    kept_grads_in_partition_ = grads_in_partition_;
+  } else {
+    b_.Free(grads_in_partition_);
+  }
+  grads_in_partition_.clear();
 }
 
 // reduce_ipg_grads -> average_tensor (reduce_scatter=True, the default) ->
@@ -198,15 +432,18 @@ void Zero12Lowering::AddGradToIpgBucket(int64_t numel) {
 // With overlap_comm the reduction stream waits on the current stream and the current stream
 // waits on the reduction stream (so the previous bucket's reduction finishes before the
 // other IPG buffer is refilled). On the reduction stream: the bucket is divided by the world
-// size (tensor.div_), the per-rank slices are flattened (a new tensor: torch.cat), the flat
-// bucket is all-reduced (use_multi_rank_bucket_allreduce: one all_reduce of the whole bucket,
-// not a reduce-scatter), and each rank copies back only the slices it owns. Then
-// copy_grads_in_partition copies the rank's slice into grads_in_partition.
+// size (tensor.div_), the per-rank slices are flattened (a new tensor: self.flatten), the
+// flat bucket is all-reduced (use_multi_rank_bucket_allreduce: one all_reduce of the whole
+// bucket, not a reduce-scatter), and the rank copies back only the slices it owns
+// (buf.copy_(synced) where bucket_rank is this rank). Then, per parameter of the bucket:
+// stage 2 drops the gradients of parameters outside the partition (clear_grad_attribute)
+// and both stages copy the owned parameters whole into grads_in_partition.
 void Zero12Lowering::ReduceIpgGrads() {
-  if (elements_in_ipg_bucket_ == 0) return;
+  if (ipg_params_.empty()) return;
   const int64_t es = ElementBytes();
   const int64_t bucket_bytes = elements_in_ipg_bucket_ * es;
-  const int64_t own_bytes = CeilDiv(elements_in_ipg_bucket_, ctx_.world_size) * es;
+  int64_t own_bytes = 0;
+  for (size_t p : ipg_params_) own_bytes += params_[p].own * es;
   if (reduction_ != compute_) {
     const std::string n = std::to_string(reductions_);
     b_.Record(b_.Event("ipg_ready." + n), compute_);
@@ -219,11 +456,14 @@ void Zero12Lowering::ReduceIpgGrads() {
   b_.MemoryKernel(reduction_, "ZeRO::allreduce_bucket.flatten", bucket_bytes, bucket_bytes);
   b_.Collective(reduction_, "ZeRO::allreduce_bucket", CollectiveType::kAllReduce, dp_, bucket_bytes,
                 ctx_.compute_dtype);
-  b_.MemoryKernel(reduction_, "ZeRO::copy_own_slices", own_bytes, own_bytes);
+  if (own_bytes > 0) b_.MemoryKernel(reduction_, "ZeRO::copy_own_slices", own_bytes, own_bytes);
   b_.Free("reduce_scatter_input.flat_bucket");
   if (ctx_.plan.zero.contiguous_gradients) {
-    b_.MemoryKernel(reduction_, "ZeRO::copy_grads_in_partition", own_bytes, own_bytes);
+    for (size_t p : ipg_params_) {
+      if (params_[p].in_partition) CopyGradsInPartition(params_[p].numel);
+    }
   }
+  ipg_params_.clear();
   elements_in_ipg_bucket_ = 0;
   ++reductions_;
 }
@@ -247,9 +487,11 @@ struct Zero3Submodule {
   int64_t numel = 0;            // all its parameters (ds_numel)
   int64_t fetch_numel = 0;      // its non-persistent parameters
   int64_t fetch_partition = 0;  // sum of ceil(numel / world) over its non-persistent parameters
+  int64_t fetch_params = 0;     // how many non-persistent parameters
   int64_t persistent_numel = 0;
   int64_t persistent_padded = 0;
   std::vector<int64_t> param_numels;
+  std::vector<std::pair<std::string, int64_t>> persistent;  // name, numel
 };
 
 enum class ParamStatus : uint8_t { kNotAvailable, kInflight, kAvailable };
@@ -290,8 +532,11 @@ class Zero3Lowering {
   struct Handle {
     std::vector<size_t> subs;
     int64_t flat_bytes = 0;
+    bool single = false;        // the len(params) == 1 branch: no flat buffer
     bool complete = false;
+    size_t in_registry = 0;     // its submodules still in __inflight_param_registry
   };
+  void PopFromRegistry(size_t sub);
   std::vector<Handle> handles_;
   int64_t n_available_ = 0;
   size_t step_id_ = 0;
@@ -302,6 +547,7 @@ class Zero3Lowering {
   // Gradient reduction state (stage3.py).
   int64_t elements_in_ipg_bucket_ = 0;
   int64_t padded_in_ipg_bucket_ = 0;
+  int64_t params_in_ipg_bucket_ = 0;
   std::vector<std::string> grads_to_free_at_reduce_;
   std::deque<int64_t> param_reduce_events_;
   int64_t reduce_events_ = 0;
@@ -330,13 +576,16 @@ void Zero3Lowering::BuildSubmodules() {
       Zero3Submodule& sub = subs_[it->second];
       sub.numel += p.numel;
       sub.param_numels.push_back(p.numel);
-      // parameter_offload.py mark_persistent_parameters / config.py
-      // stage3_param_persistence_threshold: parameters below the threshold are kept whole
-      // on every rank (ds_persist) and never released.
-      if (p.numel < threshold) {
+      // partition_parameters.py _convert_to_deepspeed_param: ds_persist when
+      // ds_numel <= param_persistence_threshold (stage3_param_persistence_threshold; the
+      // model_persistence_threshold budget is unlimited by default): kept whole on every
+      // rank between steps and never released by the coordinator (__params_to_release).
+      if (p.numel <= threshold) {
         sub.persistent_numel += p.numel;
         sub.persistent_padded += RoundUp(p.numel, world);
+        sub.persistent.emplace_back(module.name + "." + p.name, p.numel);
       } else {
+        ++sub.fetch_params;
         sub.fetch_numel += p.numel;
         // partition_parameters.py _partition_param: each rank holds ceil(numel / world).
         sub.fetch_partition += CeilDiv(p.numel, world);
@@ -375,25 +624,39 @@ void Zero3Lowering::ResetStep() {
 }
 
 // __all_gather_params -> partition_parameters.py all_gather_coalesced, on the all-gather
-// stream: one flat buffer for the set (partition_sz x world, the model dtype), the local
-// partitions copied in, one all_gather_into_tensor. __n_available_params counts ds_numel.
+// stream. __n_available_params counts ds_numel.
+// - len(params) == 1 ("an opportunity to avoid some intermediate memory allocations"): one
+//   buffer of ceil(ds_numel / world) x world elements, all_gather_into_tensor straight from
+//   ds_tensor into it, the parameter a view of it (AllGatherHandle: wait() only waits).
+// - several parameters (_all_gather_dtype): one flat buffer of partition_sz x world, the
+//   local partitions copied in (torch.cat(..., out=partitions[rank])), one
+//   all_gather_into_tensor; AllGatherCoalescedHandle keeps the per-rank views (partitions)
+//   of the flat buffer, and its wait() copies each parameter out (torch.cat).
 void Zero3Lowering::AllGatherParams(const std::vector<size_t>& candidates) {
   std::vector<size_t> subs;
-  int64_t partition = 0;
+  int64_t partition = 0, params = 0;
   for (size_t s : candidates) {
     if (status_[s] != ParamStatus::kNotAvailable || subs_[s].fetch_numel == 0) continue;
     subs.push_back(s);
     partition += subs_[s].fetch_partition;
+    params += subs_[s].fetch_params;
   }
   if (subs.empty()) return;
   const int64_t es = ElementBytes();
   const int64_t id = static_cast<int64_t>(handles_.size());
-  Handle handle{subs, partition * ctx_.world_size * es, false};
-  const std::string flat = fmt::format("all_gather_output.h{}", id);
-  b_.Allocate(flat, handle.flat_bytes, all_gather_);
-  b_.MemoryKernel(all_gather_, "ZeRO::all_gather_coalesced.copy_in", partition * es, partition * es);
-  b_.Collective(all_gather_, "ZeRO::all_gather_coalesced", CollectiveType::kAllGather, dp_, handle.flat_bytes,
-                ctx_.compute_dtype);
+  Handle handle{subs, partition * ctx_.world_size * es, params == 1, false, subs.size()};
+  if (handle.single) {
+    const std::string unsharded = "unsharded." + subs_[subs.front()].name;
+    b_.Allocate(unsharded, handle.flat_bytes, all_gather_);
+    b_.Collective(all_gather_, "ZeRO::all_gather_coalesced", CollectiveType::kAllGather, dp_, handle.flat_bytes,
+                  ctx_.compute_dtype);
+  } else {
+    const std::string flat = fmt::format("all_gather_output.h{}", id);
+    b_.Allocate(flat, handle.flat_bytes, all_gather_);
+    b_.MemoryKernel(all_gather_, "ZeRO::all_gather_coalesced.copy_in", partition * es, partition * es);
+    b_.Collective(all_gather_, "ZeRO::all_gather_coalesced", CollectiveType::kAllGather, dp_, handle.flat_bytes,
+                  ctx_.compute_dtype);
+  }
   for (size_t s : subs) {
     status_[s] = ParamStatus::kInflight;
     handle_of_[s] = id;
@@ -401,6 +664,16 @@ void Zero3Lowering::AllGatherParams(const std::vector<size_t>& candidates) {
     n_available_ += subs_[s].fetch_numel;
   }
   handles_.push_back(std::move(handle));
+}
+
+// __inflight_param_registry.pop(param): the handle (and, for a coalesced one, its
+// partitions — views of the flat buffer) lives while any of its parameters is still in the
+// registry; the flat buffer is freed when the last one leaves.
+void Zero3Lowering::PopFromRegistry(size_t s) {
+  if (!in_registry_[s]) return;
+  in_registry_[s] = false;
+  Handle& handle = handles_[static_cast<size_t>(handle_of_[s])];
+  if (--handle.in_registry == 0 && !handle.single) b_.Free(fmt::format("all_gather_output.h{}", handle_of_[s]));
 }
 
 // PartitionedParameterCoordinator.fetch_sub_module.
@@ -426,16 +699,18 @@ void Zero3Lowering::FetchSubModule(size_t s) {
     if (!handle.complete) {
       for (size_t h : handle.subs) {
         const std::string unsharded = "unsharded." + subs_[h].name;
-        b_.Allocate(unsharded, subs_[h].fetch_numel * es, all_gather_);
-        b_.MemoryKernel(all_gather_, "ZeRO::all_gather_coalesced.wait.cat", subs_[h].fetch_numel * es,
-                        subs_[h].fetch_numel * es);
+        if (!handle.single) {
+          b_.Allocate(unsharded, subs_[h].fetch_numel * es, all_gather_);
+          b_.MemoryKernel(all_gather_, "ZeRO::all_gather_coalesced.wait.cat", subs_[h].fetch_numel * es,
+                          subs_[h].fetch_numel * es);
+        }
+        // free_param at release: param.data.record_stream(current_stream()).
         b_.RecordStream(unsharded, compute_);
         status_[h] = ParamStatus::kAvailable;
       }
-      b_.Free(fmt::format("all_gather_output.h{}", handle_of_[s]));
       handle.complete = true;
     }
-    in_registry_[s] = false;
+    PopFromRegistry(s);
     const int64_t event = fetch_events_++;
     b_.Record(b_.Event(fmt::format("fetch_event.{}", event)), all_gather_);
     ongoing_fetch_events_.push_back(event);
@@ -534,12 +809,14 @@ void Zero3Lowering::ReleaseAll() {
     if (status_[s] == ParamStatus::kInflight) {
       Handle& handle = handles_[static_cast<size_t>(handle_of_[s])];
       if (!handle.complete) {
+        // Estimate: gathered and dropped without the wait's copies (nothing is in flight at
+        // the end of a backward with a complete trace).
         for (size_t h : handle.subs) status_[h] = ParamStatus::kNotAvailable;
-        b_.Free(fmt::format("all_gather_output.h{}", handle_of_[s]));
+        if (handle.single) b_.Free("unsharded." + subs_[handle.subs.front()].name);
         handle.complete = true;
       }
     }
-    in_registry_[s] = false;
+    PopFromRegistry(s);
     if (status_[s] == ParamStatus::kAvailable && subs_[s].fetch_numel > 0) {
       b_.Free("unsharded." + subs_[s].name);
     }
@@ -599,6 +876,7 @@ void Zero3Lowering::ReduceIndependent(size_t s, int32_t micro_batch) {
     }
     elements_in_ipg_bucket_ += numel;
     padded_in_ipg_bucket_ += RoundUp(numel, ctx_.world_size);
+    ++params_in_ipg_bucket_;
   }
   if (all_copied) {
     b_.RecordStream(grad, reduce_);
@@ -610,10 +888,14 @@ void Zero3Lowering::ReduceIndependent(size_t s, int32_t micro_batch) {
 
 // stage3.py __reduce_and_partition_ipg_grads: more than max_param_reduce_events (2) pending
 // reduce events make the host synchronize the oldest; on the reduce stream,
-// __avg_scatter_grads -> reduce_scatter_coalesced (reduce_scatter=True): the gradients padded
-// to a multiple of the world size and flattened (torch.cat), one reduce-scatter; then
-// partition_grads copies (first micro-step) or adds (later ones) the rank's slice into its
-// gradient partition buffer, the gradients are dropped, and an event is recorded.
+// __avg_scatter_grads -> comm/coalesced_collectives.py reduce_scatter_coalesced
+// (reduce_scatter=True): a single tensor whose numel divides by the world size is used as it
+// is (a view: "an opportunity to avoid a memory allocation"), otherwise the per-rank chunks
+// of every gradient, padded to ceil(numel / world), are interleaved into a new flat tensor
+// (torch.cat); then always the pre-divide tensor_partition_flat_buffer.div_(world) and one
+// reduce-scatter in place. The outputs are views of the flat buffer: partition_grads copies
+// (first micro-step) or adds (later ones) the rank's slice into its gradient partition,
+// the gradients are dropped, an event is recorded; only then is the flat buffer released.
 void Zero3Lowering::ReduceAndPartitionIpgGrads(int32_t micro_batch) {
   if (elements_in_ipg_bucket_ == 0) return;
   const int64_t es = ElementBytes();
@@ -624,11 +906,14 @@ void Zero3Lowering::ReduceAndPartitionIpgGrads(int32_t micro_batch) {
   }
   const int64_t padded_bytes = padded_in_ipg_bucket_ * es;
   const int64_t own_bytes = padded_in_ipg_bucket_ / ctx_.world_size * es;
-  b_.Allocate("reduce_scatter_input.ipg", padded_bytes, reduce_);
-  b_.MemoryKernel(reduce_, "ZeRO::reduce_scatter_coalesced.cat", elements_in_ipg_bucket_ * es, padded_bytes);
+  const bool in_place = params_in_ipg_bucket_ == 1 && elements_in_ipg_bucket_ % ctx_.world_size == 0;
+  if (!in_place) {
+    b_.Allocate("reduce_scatter_input.ipg", padded_bytes, reduce_);
+    b_.MemoryKernel(reduce_, "ZeRO::reduce_scatter_coalesced.cat", elements_in_ipg_bucket_ * es, padded_bytes);
+  }
+  b_.MemoryKernel(reduce_, "ZeRO::reduce_scatter_coalesced.div_", padded_bytes, padded_bytes);
   b_.Collective(reduce_, "ZeRO::reduce_scatter_coalesced", CollectiveType::kReduceScatter, dp_, padded_bytes,
                 ctx_.compute_dtype);
-  b_.Free("reduce_scatter_input.ipg");
   if (micro_batch == 0) {
     b_.MemoryKernel(reduce_, "ZeRO::partition_grads.copy", own_bytes, own_bytes);
   } else {
@@ -642,8 +927,10 @@ void Zero3Lowering::ReduceAndPartitionIpgGrads(int32_t micro_batch) {
   const int64_t event = reduce_events_++;
   b_.Record(b_.Event(fmt::format("param_reduce_event.{}", event)), reduce_);
   param_reduce_events_.push_back(event);
+  if (!in_place) b_.Free("reduce_scatter_input.ipg");
   elements_in_ipg_bucket_ = 0;
   padded_in_ipg_bucket_ = 0;
+  params_in_ipg_bucket_ = 0;
 }
 
 traces::Program Zero3Lowering::Lower() {
@@ -665,26 +952,39 @@ traces::Program Zero3Lowering::Lower() {
   handle_of_.assign(subs_.size(), -1);
   in_registry_.assign(subs_.size(), false);
   most_recent_step_.assign(subs_.size(), -1);
-  int64_t partition_numel = 0, persistent_bytes = 0, persistent_padded = 0;
+  int64_t partition_numel = 0;
+  std::vector<int64_t> grad_partitions;  // averaged_gradients: one partition per parameter
+  std::vector<std::pair<std::string, int64_t>> persistent;
   for (const Zero3Submodule& sub : subs_) {
     if (sub.fetch_numel == 0) status_[static_cast<size_t>(&sub - subs_.data())] = ParamStatus::kAvailable;
-    persistent_bytes += sub.persistent_numel * es;
-    persistent_padded += sub.persistent_padded;
-    for (int64_t n : sub.param_numels) partition_numel += CeilDiv(n, ctx_.world_size);
+    persistent.insert(persistent.end(), sub.persistent.begin(), sub.persistent.end());
+    for (int64_t n : sub.param_numels) {
+      partition_numel += CeilDiv(n, ctx_.world_size);
+      grad_partitions.push_back(CeilDiv(n, ctx_.world_size));
+    }
   }
 
   // Model states per rank: the bit16 partitions (ds_tensor), the fp32 master partition and
   // the Adam moments (fp32_partitioned_groups_flat and its optimizer state), the gradient
   // partitions (__param_id_to_grad_partition, one flat buffer in the model dtype), the
-  // persistent parameters whole, and the IPG bucket (__ipg_bucket_flat_buffer,
-  // reduce_bucket_size elements, allocated once when contiguous_gradients).
+  // persistent parameters whole (each in the buffer the previous step's _post_step gathered
+  // it into: ceil(numel / world) x world elements), and the IPG bucket
+  // (__ipg_bucket_flat_buffer, reduce_bucket_size elements, allocated once when
+  // contiguous_gradients).
   b_.SetPhase(Phase::kNone);
   b_.Allocate("param_shard.bit16_partition", partition_numel * es, compute_);
   b_.Allocate("param_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
   b_.Allocate("exp_avg.fp32_partition", partition_numel * kFp32Bytes, compute_);
   b_.Allocate("exp_avg_sq.fp32_partition", partition_numel * kFp32Bytes, compute_);
   b_.Allocate("grad_shard.grad_partitions_flat", partition_numel * es, compute_);
-  if (persistent_bytes > 0) b_.Allocate("unsharded.persistent_parameters", persistent_bytes, compute_);
+  const auto persistent_buffer_bytes = [&](int64_t numel) { return RoundUp(numel, ctx_.world_size) * es; };
+  // (a single persistent parameter is copied out of the gather buffer into its own tensor)
+  const auto persistent_bytes = [&](int64_t numel) {
+    return persistent.size() == 1 ? numel * es : persistent_buffer_bytes(numel);
+  };
+  for (const auto& [name, numel] : persistent) {
+    b_.Allocate("unsharded.persistent." + name, persistent_bytes(numel), compute_);
+  }
   if (zero.contiguous_gradients) b_.Allocate("bucket.ipg", zero.reduce_bucket_size * es, compute_);
 
   const int32_t steps = std::max<int32_t>(1, plan.training.grad_accum_steps);
@@ -752,24 +1052,48 @@ traces::Program Zero3Lowering::Lower() {
     ReleaseAll();
   }
 
-  // DeepSpeedZeroOptimizer_Stage3.step: the norm of the gradient partitions (all-reduced over
-  // the data-parallel group), the fp32 gradient of the partition (_prepare_fp32_grad_for_sub_group),
-  // unscale and clip, the optimizer on the fp32 partition, the bit16 partition updated from
-  // it (_reassign_or_swap_out_partitioned_parameters: no all-gather after the step in stage 3),
-  // and _post_step's all-gather of the persistent parameters.
+  // DeepSpeedZeroOptimizer_Stage3.step: _partition_all_parameters first (reaching the
+  // coordinator's release_and_reset_all through parameter_offload.py: recalled, not re-read;
+  // release_and_reset_all itself calls __release_param -> param.partition() on every
+  // available parameter, ds_persist or not, so the persistent copies are freed); the norm of the bit16
+  // gradient partitions (_get_norm_groups -> get_grad_norm_direct, before any fp32 copy);
+  // the fp32 gradient of the partition (_prepare_fp32_grad_for_sub_group); unscale and clip;
+  // the optimizer on the fp32 partition; the bit16 partition updated from it
+  // (_reassign_or_swap_out_partitioned_parameters: no all-gather after the step in stage 3);
+  // then _post_step gathers the persistent parameters again.
   b_.SetPhase(Phase::kOptimizer);
   b_.SetMicroBatch(-1);
   b_.HostWork("python op", plan.host.python_op_overhead_ns);
-  b_.Allocate("grad_shard.fp32_partition", partition_numel * kFp32Bytes, compute_);
-  b_.MemoryKernel(compute_, "ZeRO::grad_partition_to_fp32", partition_numel * es, partition_numel * kFp32Bytes);
-  EmitClipGradNorm(ctx_, b_, compute_, partition_numel, /*sharded=*/true, dp_);
+  for (const auto& [name, numel] : persistent) b_.Free("unsharded.persistent." + name);
+  EmitGradNormDirect(ctx_, b_, compute_, dp_, grad_partitions, /*fp64_scalar=*/true);
+  EmitFlattenToFp32AndUnscale(ctx_, b_, compute_, partition_numel);
   EmitAdamW(b_, compute_, partition_numel);
   b_.Free("grad_shard.fp32_partition");
   b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,
                   partition_numel * es);
-  if (persistent_padded > 0) {
+  // _post_step: persistent_parameters[0].all_gather(persistent_parameters) -> Init._all_gather
+  // (async_op=False). Several parameters: _allgather_params_coalesced — one buffer of
+  // ds_tensor.ds_numel x world per parameter and one all_gather_into_tensor each (on the
+  // current stream), the parameter a view of its buffer, then get_accelerator().synchronize().
+  // A single one: _allgather_params — a flat buffer, the partition copied in, one blocking
+  // all_gather_into_tensor, and the parameter copied out into its own tensor.
+  if (persistent.size() == 1) {
+    const auto& [name, numel] = persistent.front();
+    const int64_t part = CeilDiv(numel, ctx_.world_size) * es;
+    b_.Allocate("all_gather_output.persistent", persistent_buffer_bytes(numel), compute_);
+    b_.MemoryKernel(compute_, "ZeRO::allgather_params.copy_in", part, part);
     b_.Collective(compute_, "ZeRO::all_gather_persistent_parameters", CollectiveType::kAllGather, dp_,
-                  persistent_padded * es, ctx_.compute_dtype);
+                  persistent_buffer_bytes(numel), ctx_.compute_dtype);
+    b_.Allocate("unsharded.persistent." + name, persistent_bytes(numel), compute_);
+    b_.MemoryKernel(compute_, "ZeRO::allgather_params.copy_out", numel * es, numel * es);
+    b_.Free("all_gather_output.persistent");
+  } else if (!persistent.empty()) {
+    for (const auto& [name, numel] : persistent) {
+      b_.Allocate("unsharded.persistent." + name, persistent_buffer_bytes(numel), compute_);
+      b_.Collective(compute_, "ZeRO::all_gather_persistent_parameters", CollectiveType::kAllGather, dp_,
+                    persistent_buffer_bytes(numel), ctx_.compute_dtype);
+    }
+    b_.DeviceSync("ZeRO::allgather_params_coalesced.synchronize");
   }
   return b_.Finish();
 }
