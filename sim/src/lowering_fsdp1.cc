@@ -485,7 +485,7 @@ void Fsdp1Lowering::Forward() {
       if (FairscaleFp32Accumulation() && cfg_.optimize_backward_concat) AllocateFp32Grads(unit);
     }
     b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
-    EmitForwardKernels(ctx_, b_, compute_, module);
+    EmitForwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
     if (units_[unit].modules.back() == m) {
       // _post_forward -> _post_forward_reshard: free for FULL_SHARD / HYBRID_SHARD, never
       // for the root ("immediately used for backward"); fairscale: reshard_after_forward,
@@ -499,6 +499,9 @@ void Fsdp1Lowering::Forward() {
       }
     }
   }
+  // The loss runs after the root's forward has returned (KernelPart).
+  b_.SetModule(ctx_.modules.back().name);
+  EmitForwardKernels(ctx_, b_, compute_, ctx_.modules.back(), KernelPart::kLoss);
 }
 
 void Fsdp1Lowering::Backward(bool sync) {
@@ -507,6 +510,10 @@ void Fsdp1Lowering::Backward(bool sync) {
   b_.SetPhase(Phase::kBackward);
   std::vector<bool>& pre_backward_done = hook_ran_;
   pre_backward_done.assign(units_.size(), false);
+  // The loss's backward first: the root's pre-backward hook fires on the model output's
+  // gradient (_register_pre_backward_hooks on the forward outputs).
+  b_.SetModule(ctx_.modules.back().name);
+  EmitBackwardKernels(ctx_, b_, compute_, ctx_.modules.back(), /*recompute=*/false, KernelPart::kLoss);
   // Module order in backward: head, layers.L-1 .. layers.0, embed. The root's pre-backward
   // hook fires first (on the loss side), its post-backward hook last (the embedding's
   // gradient completes its FlatParameter's gradient).
@@ -541,7 +548,7 @@ void Fsdp1Lowering::Backward(bool sync) {
         }
       }
     }
-    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module));
+    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module), KernelPart::kModel);
     b_.Free("activations." + module.name);
     if (FairscaleFp32Accumulation()) {
       // FlattenParamsWrapper._grad_accumulation_hook runs per parameter as autograd produces
