@@ -10,6 +10,7 @@
 
 #include "lowering_internal.h"
 #include "shardscope/sim/compute_model.h"
+#include "shardscope/sim/memory_report.h"
 #include "shardscope/sim/simulation.h"
 
 namespace shardscope::sim {
@@ -149,6 +150,32 @@ TEST(LoweringDdp, BucketsLaunchFromPerParameterHooks) {
   }
   ASSERT_GE(first_all_reduce, 0);
   EXPECT_LT(first_all_reduce, last_block_kernel);
+}
+
+// `shardscope memory` attributes every tensor by name: no strategy's lowering may produce a
+// tensor that falls into "other".
+TEST(LoweringTensors, EveryStrategysTensorsHaveAMemoryCategory) {
+  for (const char* strategy : {"fsdp2", "fsdp1", "zero1", "zero2", "zero3", "ddp"}) {
+    for (const bool variant : {false, true}) {
+      Plan plan = ToyPlan(strategy);
+      plan.training.grad_accum_steps = 2;
+      plan.training.activation_checkpointing = ActivationCheckpointing::kFull;
+      if (variant) {  // the knobs that bring their own buffers
+        plan.fsdp1.implementation = Fsdp1Implementation::kFairscale;
+        plan.fsdp1.optimize_backward_concat = true;
+        plan.fsdp2.requires_gradient_sync = GradientSync::kLastMicroBatch;
+        plan.checkpoint.consolidate_optimizer_state = plan.strategy == Strategy::kFsdp1;
+        plan.zero.overlap_comm = true;
+      }
+      StatusOr<traces::Schedule> schedule = LowerPlan(plan);
+      ASSERT_TRUE(schedule.ok()) << strategy << ": " << schedule.status().message();
+      for (const traces::Program& program : schedule->programs) {
+        for (const std::string& tensor : program.tensors) {
+          EXPECT_NE(CategoryOfTensor(tensor), MemoryCategory::kOther) << strategy << ": " << tensor;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -40,6 +40,32 @@ constexpr CategoryRule kCategoryRules[] = {
     {"reduce_scatter_input.", true, MemoryCategory::kCommunicationBuffers},
     {"reduce_scatter_output.", true, MemoryCategory::kCommunicationBuffers},
     {"bucket.", true, MemoryCategory::kCommunicationBuffers},
+    // FSDP1: the low-precision shard all-gathered from; ZeRO/fairscale reduction buckets;
+    // the checkpoint's consolidation buffers.
+    {"mp_shard.", true, MemoryCategory::kCommunicationBuffers},
+    {"reduce_scatter_bucket.", true, MemoryCategory::kCommunicationBuffers},
+    {"consolidate.", true, MemoryCategory::kCommunicationBuffers},
+    // Gradients in every form the lowerings name them: low-precision per parameter, flat,
+    // fp32 accumulation buffers, reduce-dtype copies, padded inputs to a reduction.
+    {"grad_lowp.", true, MemoryCategory::kGradients},
+    {"grad_flat.", true, MemoryCategory::kGradients},
+    {"grad_new.", true, MemoryCategory::kGradients},
+    {"grad_padded.", true, MemoryCategory::kGradients},
+    {"grad_reduce_dtype.", true, MemoryCategory::kGradients},
+    {"grad_norm.", true, MemoryCategory::kGradients},
+    {"new_sharded_grad.", true, MemoryCategory::kGradients},
+    {"fp32_grads.", true, MemoryCategory::kGradients},
+    {"fp32_flat_grad.", true, MemoryCategory::kGradients},
+};
+
+// Names no rule lists fall back on what they contain, so a lowering's new buffer lands in a
+// sensible category rather than "other".
+constexpr CategoryRule kCategoryFallbacks[] = {
+    {"grad", true, MemoryCategory::kGradients},
+    {"bucket", true, MemoryCategory::kCommunicationBuffers},
+    {"all_gather", true, MemoryCategory::kCommunicationBuffers},
+    {"reduce_scatter", true, MemoryCategory::kCommunicationBuffers},
+    {"unsharded", true, MemoryCategory::kParameters},
 };
 
 // Wants exactly the given ranks and records nothing itself: the engine keeps the live
@@ -228,6 +254,9 @@ std::string_view MemoryCategoryName(MemoryCategory category) {
 MemoryCategory CategoryOfTensor(std::string_view name) {
   for (const CategoryRule& rule : kCategoryRules) {
     if (rule.prefix ? name.starts_with(rule.pattern) : name == rule.pattern) return rule.category;
+  }
+  for (const CategoryRule& rule : kCategoryFallbacks) {
+    if (name.find(rule.pattern) != std::string_view::npos) return rule.category;
   }
   return MemoryCategory::kOther;
 }
