@@ -2,9 +2,12 @@
 // one per micro-batch) and gradient clipping without a collective (replicated gradients).
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <string>
 #include <variant>
 
+#include "lowering_test_support.h"
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/model.h"
@@ -44,24 +47,12 @@ int64_t Psi(const Plan& plan) {
   return total;
 }
 
-Schedule MustLower(const Plan& plan) {
-  StatusOr<Schedule> schedule = LowerPlan(plan);
-  EXPECT_TRUE(schedule.ok()) << schedule.status().message();
-  if (!schedule.ok()) return {};
-  Status valid = traces::ValidateSchedule(*schedule);
-  EXPECT_TRUE(valid.ok()) << valid.message();
-  return *schedule;
-}
+using test_support::MustLower;
 
 void MustSimulate(const Schedule& schedule) {
-  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
-  ASSERT_TRUE(setup.ok()) << setup.status().message();
-  ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<SimulationResult> result =
-      Simulate(schedule, costs, EngineConfigFor(*setup, schedule.world_size()), nullptr);
-  ASSERT_TRUE(result.ok()) << result.status().message();
-  EXPECT_FALSE(result->hung);
-  for (const RankStats& rank : result->ranks) EXPECT_TRUE(rank.finished);
+  const std::optional<SimulationResult> result = test_support::RunSimulation(schedule);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(test_support::Completed(*result));
 }
 
 // (bytes, count) of rank 0's collectives named `name`, per micro-batch tag when given.

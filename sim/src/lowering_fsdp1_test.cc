@@ -5,12 +5,15 @@
 // simulates to completion.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <map>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "lowering_test_support.h"
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/model.h"
@@ -40,30 +43,13 @@ Plan ToyPlan(const std::string& extra_model = "", const std::string& cluster = "
   return p;
 }
 
-Schedule MustLower(const Plan& plan) {
-  StatusOr<Schedule> schedule = LowerPlan(plan);
-  EXPECT_TRUE(schedule.ok()) << schedule.status().message();
-  if (!schedule.ok()) return Schedule{};
-  const Status valid = traces::ValidateSchedule(*schedule);
-  EXPECT_TRUE(valid.ok()) << valid.message();
-  return *schedule;
-}
+using test_support::MustLower;
 
 SimulationResult MustSimulate(const Schedule& schedule) {
-  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
-  EXPECT_TRUE(setup.ok()) << setup.status().message();
-  if (!setup.ok()) return SimulationResult{};
-  ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<SimulationResult> result =
-      Simulate(schedule, costs, EngineConfigFor(*setup, schedule.world_size()), nullptr);
-  EXPECT_TRUE(result.ok()) << result.status().message();
-  if (!result.ok()) return SimulationResult{};
-  EXPECT_FALSE(result->hung);
-  for (const RankStats& rank : result->ranks) {
-    EXPECT_TRUE(rank.finished);
-    EXPECT_FALSE(rank.memory.oom.has_value());
-  }
-  return *result;
+  std::optional<SimulationResult> result = test_support::RunSimulation(schedule);
+  if (!result) return SimulationResult{};
+  EXPECT_TRUE(test_support::Completed(*result));
+  return std::move(*result);
 }
 
 // Bytes per collective type in one rank's program (nccl-tests sizes).

@@ -4,6 +4,8 @@
 // end simulation of each knob.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "lowering_test_support.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/plan.h"
 #include "shardscope/sim/simulation.h"
@@ -39,14 +42,7 @@ Plan TinyPlan(int32_t gpus, int32_t grad_accum_steps = 1, const std::string& mod
   return *plan;
 }
 
-Schedule MustLower(const Plan& plan) {
-  StatusOr<Schedule> schedule = LowerPlan(plan);
-  EXPECT_TRUE(schedule.ok()) << schedule.status().message();
-  if (!schedule.ok()) return {};
-  const Status valid = traces::ValidateSchedule(*schedule);
-  EXPECT_TRUE(valid.ok()) << valid.message();
-  return *schedule;
-}
+using test_support::MustLower;
 
 std::vector<ModuleKernels> Modules(const Plan& plan) {
   return DecomposeModel(plan.model, {plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype});
@@ -120,13 +116,8 @@ struct Simulated {
 };
 Simulated MustSimulate(const Schedule& schedule) {
   Simulated out;
-  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
-  EXPECT_TRUE(setup.ok()) << setup.status().message();
-  if (!setup.ok()) return out;
-  ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<SimulationResult> result = Simulate(schedule, costs, EngineConfigFor(*setup, schedule.world_size()), nullptr);
-  EXPECT_TRUE(result.ok()) << result.status().message();
-  if (!result.ok()) return out;
+  const std::optional<SimulationResult> result = test_support::RunSimulation(schedule);
+  if (!result) return out;
   out.completed = !result->hung;
   for (const RankStats& r : result->ranks) {
     out.completed = out.completed && r.finished;

@@ -3,12 +3,15 @@
 // schedule validates and simulates to completion.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <variant>
 
+#include "lowering_test_support.h"
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/model.h"
@@ -58,25 +61,14 @@ int64_t Psi(const Plan& plan) {
   return total;
 }
 
-Schedule MustLower(const Plan& plan) {
-  StatusOr<Schedule> schedule = LowerPlan(plan);
-  EXPECT_TRUE(schedule.ok()) << schedule.status().message();
-  if (!schedule.ok()) return {};
-  Status valid = traces::ValidateSchedule(*schedule);
-  EXPECT_TRUE(valid.ok()) << valid.message();
-  return *schedule;
-}
+using test_support::MustLower;
 
 SimulationResult MustSimulate(const Schedule& schedule) {
-  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
-  EXPECT_TRUE(setup.ok()) << setup.status().message();
-  ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<SimulationResult> result =
-      Simulate(schedule, costs, EngineConfigFor(*setup, schedule.world_size()), nullptr);
-  EXPECT_TRUE(result.ok()) << result.status().message();
+  std::optional<SimulationResult> result = test_support::RunSimulation(schedule);
+  if (!result) return SimulationResult{};
   EXPECT_FALSE(result->hung);
   for (const RankStats& rank : result->ranks) EXPECT_TRUE(rank.finished);
-  return *result;
+  return std::move(*result);
 }
 
 // Bytes of rank 0's collectives whose op name is `name`.

@@ -58,15 +58,28 @@ constexpr CategoryRule kCategoryRules[] = {
     {"fp32_flat_grad.", true, MemoryCategory::kGradients},
 };
 
-// Names no rule lists fall back on what they contain, so a lowering's new buffer lands in a
-// sensible category rather than "other".
+// Names no rule lists fall back on the words they contain (split at '.' and '_'), so a
+// lowering's new buffer lands in a sensible category rather than "other".
 constexpr CategoryRule kCategoryFallbacks[] = {
     {"grad", true, MemoryCategory::kGradients},
+    {"grads", true, MemoryCategory::kGradients},
     {"bucket", true, MemoryCategory::kCommunicationBuffers},
-    {"all_gather", true, MemoryCategory::kCommunicationBuffers},
-    {"reduce_scatter", true, MemoryCategory::kCommunicationBuffers},
+    {"gather", true, MemoryCategory::kCommunicationBuffers},
+    {"scatter", true, MemoryCategory::kCommunicationBuffers},
     {"unsharded", true, MemoryCategory::kParameters},
 };
+
+bool HasWord(std::string_view name, std::string_view word) {
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t end = name.find_first_of("._", start);
+    const std::string_view piece = name.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    if (piece == word) return true;
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return false;
+}
 
 // Wants exactly the given ranks and records nothing itself: the engine keeps the live
 // tensors at the reserved peak for the ranks an observer wants (with record_history).
@@ -256,7 +269,7 @@ MemoryCategory CategoryOfTensor(std::string_view name) {
     if (rule.prefix ? name.starts_with(rule.pattern) : name == rule.pattern) return rule.category;
   }
   for (const CategoryRule& rule : kCategoryFallbacks) {
-    if (name.find(rule.pattern) != std::string_view::npos) return rule.category;
+    if (HasWord(name, rule.pattern)) return rule.category;
   }
   return MemoryCategory::kOther;
 }

@@ -90,6 +90,11 @@ TEST(MemoryCategory, EachPrefixOfTheLowering) {
   EXPECT_EQ(CategoryOfTensor("exp_avg_sqrt"), MemoryCategory::kOther);
   EXPECT_EQ(CategoryOfTensor("workspace"), MemoryCategory::kOther);
   EXPECT_EQ(CategoryOfTensor(""), MemoryCategory::kOther);
+  // Names no rule lists: by the words they contain.
+  EXPECT_EQ(CategoryOfTensor("partial_grad.layers.2"), MemoryCategory::kGradients);
+  EXPECT_EQ(CategoryOfTensor("ipg_bucket.0"), MemoryCategory::kCommunicationBuffers);
+  EXPECT_EQ(CategoryOfTensor("flat.all_gather.h3"), MemoryCategory::kCommunicationBuffers);
+  EXPECT_EQ(CategoryOfTensor("fp32_grads.layers.0"), MemoryCategory::kGradients);
   EXPECT_EQ(MemoryCategoryName(MemoryCategory::kCommunicationBuffers), "communication_buffers");
 }
 
