@@ -181,6 +181,16 @@ std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module) {
   return ready;
 }
 
+void EmitLossForward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream) {
+  b.SetModule(ctx.modules.back().name);
+  EmitForwardKernels(ctx, b, stream, ctx.modules.back(), KernelPart::kLoss);
+}
+
+void EmitLossBackward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream) {
+  b.SetModule(ctx.modules.back().name);
+  EmitBackwardKernels(ctx, b, stream, ctx.modules.back(), /*recompute=*/false, KernelPart::kLoss);
+}
+
 void EmitBackwardKernel(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
                         const ModuleKernels& module, const ModuleKernel& kernel) {
   // Autograd runs the all-to-alls' backward: the combine's gradient goes back to the expert

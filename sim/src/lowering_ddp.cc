@@ -109,8 +109,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
     }
     b.SetPhase(Phase::kBackward);
     // The loss's backward runs first, before any parameter gradient exists (KernelPart).
-    b.SetModule(ctx.modules.back().name);
-    EmitBackwardKernels(ctx, b, compute, ctx.modules.back(), /*recompute=*/false, KernelPart::kLoss);
+    EmitLossBackward(ctx, b, compute);
     size_t next_bucket = 0;
     int64_t params_ready = 0;  // parameters whose gradient is complete, in gradient-ready order
     for (size_t step = 0; step < ctx.modules.size(); ++step) {

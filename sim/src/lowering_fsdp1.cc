@@ -500,8 +500,7 @@ void Fsdp1Lowering::Forward() {
     }
   }
   // The loss runs after the root's forward has returned (KernelPart).
-  b_.SetModule(ctx_.modules.back().name);
-  EmitForwardKernels(ctx_, b_, compute_, ctx_.modules.back(), KernelPart::kLoss);
+  EmitLossForward(ctx_, b_, compute_);
 }
 
 void Fsdp1Lowering::Backward(bool sync) {
@@ -512,8 +511,7 @@ void Fsdp1Lowering::Backward(bool sync) {
   pre_backward_done.assign(units_.size(), false);
   // The loss's backward first: the root's pre-backward hook fires on the model output's
   // gradient (_register_pre_backward_hooks on the forward outputs).
-  b_.SetModule(ctx_.modules.back().name);
-  EmitBackwardKernels(ctx_, b_, compute_, ctx_.modules.back(), /*recompute=*/false, KernelPart::kLoss);
+  EmitLossBackward(ctx_, b_, compute_);
   // Module order in backward: head, layers.L-1 .. layers.0, embed. The root's pre-backward
   // hook fires first (on the loss side), its post-backward hook last (the embedding's
   // gradient completes its FlatParameter's gradient).

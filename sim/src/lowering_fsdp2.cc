@@ -588,8 +588,7 @@ void Fsdp2Lowering::Forward() {
     }
   }
   // The loss runs after the root's forward has returned (KernelPart).
-  b_.SetModule(ctx_.modules.back().name);
-  EmitForwardKernels(ctx_, b_, compute_, ctx_.modules.back(), KernelPart::kLoss);
+  EmitLossForward(ctx_, b_, compute_);
 }
 
 // FSDPParamGroup.post_backward -> foreach_reduce (_fsdp_collectives.py).
@@ -773,8 +772,7 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
   // embedding last; FSDP2's _backward_prefetch walks post_forward_order backwards).
   std::vector<bool> pre_backward_done(units_.size(), false);
   // The loss's backward first: the pre-backward hooks fire on the model output's gradient.
-  b_.SetModule(ctx_.modules.back().name);
-  EmitBackwardKernels(ctx_, b_, compute_, ctx_.modules.back(), /*recompute=*/false, KernelPart::kLoss);
+  EmitLossBackward(ctx_, b_, compute_);
   // Module order in backward: head, layers.L-1 .. layers.0, embed.
   for (size_t step = 0; step < ctx_.modules.size(); ++step) {
     const size_t m = ctx_.modules.size() - 1 - step;

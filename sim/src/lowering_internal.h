@@ -83,6 +83,10 @@ int64_t SavedBytes(const LoweringContext& ctx, const ModuleKernels& module);
 // loss's backward. Strategies that model hooks emit the head in two parts.
 enum class KernelPart : uint8_t { kAll, kModel, kLoss };
 bool IsLossKernel(const ModuleKernel& kernel);
+// The loss's forward after the model's (tagged with the last module, the head), and its
+// backward before the model's.
+void EmitLossForward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream);
+void EmitLossBackward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream);
 
 // Forward kernels of one module on `stream`, each preceded by the Python + dispatcher time
 // eager mode spends issuing it; with expert parallelism, the token dispatch and combine
