@@ -3,6 +3,7 @@
 // Only main() decides exit codes: 0 success, 1 internal or I/O failure, 2 bad input (plan,
 // schedule, arguments). Files are written to a temporary name and renamed into place, so a
 // failed run never leaves a half-written output.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "shardscope/sim/alloc_trace.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/plan.h"
+#include "shardscope/sim/hang.h"
 #include "shardscope/sim/simulation.h"
 #include "commands.h"
 #include "inputs.h"
@@ -124,6 +126,38 @@ Status RunSimulate(const SimulateOptions& options) {
       SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
     }
   }
+  // A hang: mark where each traced blocked rank's streams wait, then write Flight Recorder
+  // dumps for the blocked ranks (a second, deterministic run records their collectives).
+  std::vector<int32_t> dumped;
+  if (result.hung) {
+    for (const sim::BlockedRank& blocked : result.blocked) {
+      if (std::find(first_ranks.begin(), first_ranks.end(), blocked.rank) == first_ranks.end()) continue;
+      for (size_t i = 0; i < blocked.stream_states.size() && i < blocked.streams.size(); ++i) {
+        const sim::BlockedStream& s = blocked.stream_states[i];
+        traces::Instant instant;
+        instant.pid = blocked.rank;
+        instant.tid = 1 + s.stream;
+        instant.ts_ns = s.collective && s.collective->arrived_ns >= 0 ? s.collective->arrived_ns : result.makespan_ns;
+        instant.name = "hang: " + blocked.streams[i];
+        instant.category = "hang";
+        instant.scope = 't';
+        instant.args.push_back({"op_id", s.op_id});
+        writer->OnInstant(instant);
+      }
+    }
+    constexpr size_t kMaxFlightRecorderDumps = 64;
+    dumped = sim::FlightRecorderRanks(result, kMaxFlightRecorderDumps);
+    sim::CollectiveRecorder collectives(schedule, dumped);
+    sim::EngineConfig quiet_config = config;
+    quiet_config.progress = nullptr;
+    SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, quiet_config, &collectives).status());
+    for (int32_t rank : dumped) {
+      const std::string path =
+          (std::filesystem::path(options.out_dir) / fmt::format("flight_recorder_rank{}.json", rank)).string();
+      SHARDSCOPE_RETURN_IF_ERROR(
+          WriteFileAtomically(path, sim::FlightRecorderJson(schedule, result, rank, &collectives)));
+    }
+  }
   SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
   // The allocator's state per traced rank, in torch.cuda.memory._snapshot()'s layout.
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
@@ -138,6 +172,11 @@ Status RunSimulate(const SimulateOptions& options) {
   SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(report_path, sim::ReportJson(schedule, setup, result)));
   std::cout << sim::SummaryText(schedule, setup, result);
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);
+  if (!dumped.empty()) {
+    std::cout << fmt::format("  wrote flight_recorder_rank<N>.json for {} of {} blocked rank(s) ({}; at most 64), "
+                             "in PyTorch Flight Recorder's JSON layout\n",
+                             dumped.size(), result.blocked.size(), sim::CompressRanks(dumped));
+  }
   return Status::Ok();
 }
 

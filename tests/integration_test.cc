@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <iostream>
 #include <map>
 
+#include "shardscope/sim/hang.h"
 #include "shardscope/sim/lowering.h"
 #include "shardscope/sim/plan.h"
 #include "shardscope/sim/simulation.h"
@@ -230,6 +232,55 @@ TEST(Pipeline, MissingClusterInScheduleIsAClearError) {
   ASSERT_FALSE(setup.ok());
   EXPECT_EQ(setup.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(setup.status().message().find("cluster.preset"), std::string::npos);
+}
+
+// A plan-level hang: rank 3 of 8 has almost no free device memory (another process holds
+// the rest), so its first allocation fails before it issues any collective. Every other rank
+// enters FSDP2's first all-gather (sequence number 1 on the world group) and waits for rank 3
+// forever; the report names rank 3 as the root and ranks 0-2,4-7 as waiting in all_gather #1.
+TEST(HangIntegration, OutOfMemoryRankHangsItsPeersInTheFirstAllGather) {
+  const Schedule schedule = MustLower(MustParse(TinyModel() + "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\n"
+                                                "training: {seq_len: 128, micro_batch_size: 2}\n"));
+  StatusOr<sim::SimulationSetup> setup = sim::SetupFromSchedule(schedule, "<test>");
+  ASSERT_TRUE(setup.ok()) << setup.status().message();
+  setup->memory.reserved_by_others_per_rank[3] = sim::AllocatorCapacity(*setup, 3) - (int64_t{1} << 20);
+  sim::ClusterCostProvider costs(schedule, setup->cluster);
+  StatusOr<sim::SimulationResult> result =
+      sim::Simulate(schedule, costs, sim::EngineConfigFor(*setup, schedule.world_size()), nullptr);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_TRUE(result->hung);
+  ASSERT_EQ(result->blocked.size(), 8u);
+  for (const sim::BlockedRank& b : result->blocked) {
+    if (b.rank == 3) {
+      EXPECT_EQ(b.host_state.reason, sim::HostBlockReason::kOutOfMemory);
+      EXPECT_TRUE(b.pending.empty());
+      continue;
+    }
+    // The first collective of the step on every other rank, stuck at its rendezvous.
+    ASSERT_FALSE(b.pending.empty()) << "rank " << b.rank;
+    EXPECT_EQ(b.pending.front().second.seq, 1);
+    EXPECT_EQ(b.pending.front().second.type, traces::CollectiveType::kAllGather);
+    EXPECT_GE(b.pending.front().second.arrived_ns, 0);
+  }
+  const sim::HangReport report = sim::AnalyzeHang(schedule, *result);
+  ASSERT_EQ(report.causes.size(), 1u);
+  EXPECT_EQ(report.causes[0].kind, sim::RootCauseKind::kOutOfMemory);
+  EXPECT_EQ(report.causes[0].ranks, (std::vector<int32_t>{3}));
+  EXPECT_EQ(sim::CompressRanks(report.causes[0].waiting_ranks), "0-2,4-7");
+  const std::string comm = schedule.communicators[static_cast<size_t>(result->rendezvous.at(0).communicator)].name;
+  EXPECT_NE(report.explanation[0].find(fmt::format("; ranks 0-2,4-7 wait in all_gather #1 on '{}' for rank 3", comm)),
+            std::string::npos)
+      << report.explanation[0];
+  std::cout << "explanation: " << report.explanation[0] << "\n";
+  const std::string summary = sim::SummaryText(schedule, *setup, *result);
+  EXPECT_NE(summary.find("WHY: rank 3 stopped: out of memory"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("WATCHDOG: a NCCL watchdog (600000 ms timeout)"), std::string::npos) << summary;
+  const std::string json = sim::ReportJson(schedule, *setup, *result);
+  EXPECT_NE(json.find("\"hang_report\": {"), std::string::npos);
+  EXPECT_NE(json.find("\"kind\": \"out_of_memory\""), std::string::npos);
+  const std::string fr = sim::FlightRecorderJson(schedule, *result, 0, nullptr);
+  EXPECT_NE(fr.find("\"state\": \"started\""), std::string::npos);
+  EXPECT_NE(fr.find("\"collective_seq_id\": 1"), std::string::npos);
 }
 
 }  // namespace

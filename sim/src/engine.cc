@@ -46,6 +46,7 @@ struct StreamState {
   int64_t waiting_record = -1;    // head is a wait on this record
   bool at_rendezvous = false;     // head is a collective that arrived (waiting for peers) or runs
   bool waiting_turn = false;      // head is a collective behind an earlier op of its communicator
+  int64_t arrived_ns = -1;        // when the head collective arrived (kept for hang reports)
   int64_t wake_at = -1;           // a StreamWake is queued for this time
   bool Idle() const { return queue.empty() && running_activity < 0; }
 };
@@ -428,6 +429,22 @@ StatusOr<SimulationResult> Engine::Run() {
     result.makespan_ns = std::max(result.makespan_ns, r.stats.end_ns);
     result.step_ns = std::max(result.step_ns, r.stats.step_end_ns);
     result.ranks.push_back(std::move(r.stats));
+  }
+  if (result.hung) {
+    // Collectives some members reached: who arrived, with what (the hang report's input).
+    for (size_t comm = 0; comm < rendezvous_.size(); ++comm) {
+      const Rendezvous& rv = rendezvous_[comm];
+      if (rv.arrived.empty()) continue;
+      PendingRendezvous pending;
+      pending.communicator = static_cast<int32_t>(comm);
+      pending.seq = rv.seq + 1;
+      pending.mismatch = rv.mismatch;
+      for (const Participant& p : rv.arrived) {
+        const auto& coll = std::get<CollectiveOp>(OpOf(ranks_[static_cast<size_t>(p.rank)], p.op_index).payload);
+        pending.arrived.push_back({p.rank, p.stream, p.op_index, coll.type, coll.bytes, coll.dtype});
+      }
+      result.rendezvous.push_back(std::move(pending));
+    }
   }
   return result;
 }
@@ -868,6 +885,7 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
       CommLane& lane = r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll->comm)])];
       if (lane.completed == item.aux) {
         s.at_rendezvous = true;
+        s.arrived_ns = now_;
         if (coll->type == CollectiveType::kSend || coll->type == CollectiveType::kRecv) {
           ArriveP2p(r, stream, item, *coll);
         } else {
@@ -1204,35 +1222,159 @@ std::string Engine::DescribeOp(const RankState& r, int32_t op_index) const {
   return text;
 }
 
+// Runs once per unfinished rank when the run ends, never on the hot path.
 BlockedRank Engine::DescribeBlocked(const RankState& r) const {
   BlockedRank blocked;
   blocked.rank = r.rank;
+  const int32_t pc = r.host.pc;
+  const bool at_op = static_cast<size_t>(pc) < r.program->ops.size();
   switch (r.host.wait) {
     case HostWait::kDone: blocked.host = "finished issuing"; break;
     case HostWait::kStream:
     case HostWait::kDevice:
     case HostWait::kRecord:
     case HostWait::kQueueFull:
-      blocked.host = "blocked in " + DescribeOp(r, r.host.pc);
+      blocked.host = "blocked in " + DescribeOp(r, pc);
       break;
     case HostWait::kStopped:
-      blocked.host = "stopped: out of memory in " + DescribeOp(r, r.host.pc);
+      blocked.host = "stopped: out of memory in " + DescribeOp(r, pc);
       break;
-    default: blocked.host = fmt::format("at op index {}", r.host.pc); break;
+    default: blocked.host = fmt::format("at op index {}", pc); break;
   }
+  // Where a pending record sits: the queue item holding it (records execute in their queue).
+  auto find_record = [&](int64_t record, int32_t& stream_out, int32_t& op_out) {
+    for (size_t i = 0; i < r.streams.size(); ++i) {
+      for (const QueueItem& item : r.streams[i].queue) {
+        if (item.aux != record) continue;
+        if (item.op_index >= 0 && !std::holds_alternative<traces::EventRecordOp>(OpOf(r, item.op_index).payload)) continue;
+        stream_out = static_cast<int32_t>(i);
+        op_out = item.op_index;
+        return;
+      }
+    }
+  };
+  BlockedHost& host = blocked.host_state;
+  host.since_ns = r.host.wait_start;
+  if (at_op && r.host.wait != HostWait::kDone) {
+    host.op_index = pc;
+    host.op_id = OpOf(r, pc).id;
+  }
+  switch (r.host.wait) {
+    case HostWait::kDone: host.reason = HostBlockReason::kFinished; host.since_ns = r.host.clock; break;
+    case HostWait::kStream:
+      host.reason = HostBlockReason::kStreamSynchronize;
+      host.stream = static_cast<int32_t>(r.host.wait_target);
+      break;
+    case HostWait::kDevice: host.reason = HostBlockReason::kDeviceSynchronize; break;
+    case HostWait::kRecord: {
+      host.reason = HostBlockReason::kEventSynchronize;
+      if (const auto* sync = std::get_if<traces::EventSynchronizeOp>(&OpOf(r, pc).payload)) host.event = sync->event;
+      int32_t unused_op = -1;
+      find_record(r.host.wait_target, host.record_stream, unused_op);
+      break;
+    }
+    case HostWait::kQueueFull:
+      host.reason = HostBlockReason::kLaunchQueueFull;
+      host.stream = static_cast<int32_t>(r.host.wait_target);
+      host.since_ns = r.host.launch_blocked_since;
+      break;
+    case HostWait::kStopped:
+      host.reason = HostBlockReason::kOutOfMemory;
+      host.since_ns = r.host.clock;
+      break;
+    default: host.reason = HostBlockReason::kOther; break;
+  }
+
+  // Every issued collective with its per-communicator numbers (Flight Recorder counts
+  // collectives and p2p apart); the lane index tells which ones are unfinished.
+  std::vector<CommLaneState> lanes(r.lanes.size());
+  for (size_t slot = 0; slot < r.comm_of_slot.size(); ++slot) {
+    lanes[static_cast<size_t>(r.lane_of_slot[slot])].communicator = r.comm_of_slot[slot];
+  }
+  for (size_t lane = 0; lane < r.lanes.size(); ++lane) {
+    lanes[lane].issued = r.lanes[lane].issued;
+    lanes[lane].completed = r.lanes[lane].completed;
+  }
+  std::unordered_map<int32_t, std::pair<int32_t, const QueueItem*>> queued;  // op index -> (stream, item)
+  for (size_t i = 0; i < r.streams.size(); ++i) {
+    for (const QueueItem& item : r.streams[i].queue) {
+      if (item.op_index >= 0) queued[item.op_index] = {static_cast<int32_t>(i), &item};
+    }
+  }
+  std::vector<int64_t> coll_count(r.lanes.size(), 0), p2p_count(r.lanes.size(), 0), lane_count(r.lanes.size(), 0);
+  std::unordered_map<int32_t, PendingCollective> pending_at;  // op index -> pending collective
+  const int32_t issued_end = at_op ? pc : static_cast<int32_t>(r.program->ops.size());
+  for (int32_t index = 0; index < issued_end; ++index) {
+    const auto* coll = std::get_if<CollectiveOp>(&OpOf(r, index).payload);
+    if (coll == nullptr) continue;
+    const auto lane = static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll->comm)]);
+    const bool p2p = coll->type == CollectiveType::kSend || coll->type == CollectiveType::kRecv;
+    (p2p ? p2p_count : coll_count)[lane]++;
+    if (lane_count[lane]++ < r.lanes[lane].completed) continue;
+    PendingCollective pending;
+    pending.communicator = lanes[lane].communicator;
+    pending.seq = coll_count[lane];
+    pending.p2p_seq = p2p_count[lane];
+    pending.type = coll->type;
+    pending.bytes = coll->bytes;
+    pending.dtype = coll->dtype;
+    pending.peer = coll->peer;
+    auto it = queued.find(index);
+    if (it != queued.end()) {
+      pending.enqueued_ns = it->second.second->ready_ns - config_.launch_overhead_ns;
+      const StreamState& s = r.streams[static_cast<size_t>(it->second.first)];
+      if (&s.queue.front() == it->second.second && s.at_rendezvous) pending.arrived_ns = s.arrived_ns;
+    }
+    pending_at[index] = pending;
+    blocked.pending.emplace_back(index, pending);
+  }
+  blocked.lanes = lanes;
+
   for (size_t i = 0; i < r.streams.size(); ++i) {
     const StreamState& s = r.streams[i];
     if (s.queue.empty()) continue;
-    if (s.queue.front().op_index < 0) {
+    BlockedStream state;
+    state.stream = static_cast<int32_t>(i);
+    state.queued = static_cast<int64_t>(s.queue.size());
+    const QueueItem& head = s.queue.front();
+    state.op_index = head.op_index;
+    if (head.op_index < 0) {
       blocked.streams.push_back(fmt::format("stream '{}': an allocator event", r.program->streams[i].name));
+      state.reason = StreamWaitReason::kAllocatorEvent;
+      blocked.stream_states.push_back(state);
       continue;
+    }
+    state.op_id = OpOf(r, head.op_index).id;
+    if (auto it = pending_at.find(head.op_index); it != pending_at.end()) state.collective = it->second;
+    if (s.at_rendezvous) {
+      state.reason = StreamWaitReason::kRendezvous;
+    } else if (s.waiting_turn) {
+      state.reason = StreamWaitReason::kCommunicatorTurn;
+      // The communicator's next op on this rank: the unfinished one with the lowest lane index.
+      const auto& coll = std::get<CollectiveOp>(OpOf(r, head.op_index).payload);
+      const int32_t lane = r.lane_of_slot[static_cast<size_t>(coll.comm)];
+      for (const auto& [index, pending] : blocked.pending) {
+        const auto& other = std::get<CollectiveOp>(OpOf(r, index).payload);
+        if (r.lane_of_slot[static_cast<size_t>(other.comm)] != lane) continue;
+        auto where = queued.find(index);
+        if (where != queued.end()) {
+          state.turn_stream = where->second.first;
+          state.turn_op_index = index;
+        }
+        break;
+      }
+    } else if (s.waiting_record >= 0) {
+      state.reason = StreamWaitReason::kEventRecord;
+      if (const auto* wait = std::get_if<traces::StreamWaitEventOp>(&OpOf(r, head.op_index).payload)) state.event = wait->event;
+      find_record(s.waiting_record, state.record_stream, state.record_op_index);
     }
     std::string why = s.at_rendezvous    ? " (waiting for peers)"
                       : s.waiting_turn   ? " (waiting for an earlier op of its communicator)"
                       : s.waiting_record >= 0 ? " (waiting for an event)"
                                               : "";
     blocked.streams.push_back(fmt::format("stream '{}': {}{}", r.program->streams[i].name,
-                                          DescribeOp(r, s.queue.front().op_index), why));
+                                          DescribeOp(r, head.op_index), why));
+    blocked.stream_states.push_back(std::move(state));
   }
   return blocked;
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schedule_metadata.h"
+#include "shardscope/sim/hang.h"
 #include "shardscope/sim/version.h"
 
 namespace shardscope::sim {
@@ -611,6 +612,9 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
     blocked.push_back({{"rank", b.rank}, {"host", b.host}, {"streams", b.streams}});
   }
   j["blocked"] = blocked;
+  // The hang explained: wait-for graph, root causes, watchdog (docs/REPORT.md); only present
+  // when the step does not complete (the reports of completed steps keep their layout).
+  if (result.hung) j["hang_report"] = nlohmann::ordered_json::parse(HangReportJson(schedule, AnalyzeHang(schedule, result)));
   j["simulator"] = {{"ops_executed", result.ops_executed}, {"events_processed", result.events_processed}};
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
@@ -729,7 +733,14 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
     if (ooms.size() > 8) out += fmt::format("  ... and {} more ranks out of memory\n", ooms.size() - 8);
   }
   if (result.hung) {
+    const HangReport hang = AnalyzeHang(schedule, result);
     out += fmt::format("  HANG: {} rank(s) cannot finish\n", result.blocked.size());
+    for (const std::string& line : hang.explanation) out += fmt::format("  WHY: {}\n", line);
+    if (hang.watchdog_fires_at_ns >= 0) {
+      out += fmt::format("  WATCHDOG: a NCCL watchdog ({} ms timeout) would fire at {:.3f} s on rank {} ({})\n",
+                         hang.watchdog_timeout_ns / 1'000'000, static_cast<double>(hang.watchdog_fires_at_ns) * 1e-9,
+                         hang.watchdog_rank, hang.watchdog_collective);
+    }
     for (size_t i = 0; i < std::min<size_t>(result.blocked.size(), 8); ++i) {
       const BlockedRank& b = result.blocked[i];
       out += fmt::format("    rank {}: host {}\n", b.rank, b.host);

@@ -181,11 +181,102 @@ struct RankStats {
   RankMemory memory;                  // when memory is simulated
 };
 
-// Why a rank could not finish (the hang report of a later issue builds on this).
+// Why the host thread of an unfinished rank stopped.
+enum class HostBlockReason : uint8_t {
+  kFinished,           // issued its whole program (its streams still have work)
+  kStreamSynchronize,  // cudaStreamSynchronize on `stream`
+  kDeviceSynchronize,  // cudaDeviceSynchronize (or an allocator retry / cudaFree)
+  kEventSynchronize,   // cudaEventSynchronize on `event`
+  kOutOfMemory,        // the allocator failed at `op_index`: the rank issues nothing more
+  kLaunchQueueFull,    // a launch onto `stream` waits for its queue to drain
+  kOther,
+};
+
+// Why a stream's head item cannot run.
+enum class StreamWaitReason : uint8_t {
+  kEventRecord,       // a wait on a record of `event` that has not executed (queued on
+                      // `record_stream` at `record_op_index`)
+  kCommunicatorTurn,  // a collective behind an earlier, unfinished op of its communicator
+  kRendezvous,        // a collective that arrived and waits for the other members
+  kAllocatorEvent,    // an allocator (record_stream) event
+  kOther,
+};
+
+// A collective an unfinished rank has issued but not completed.
+struct PendingCollective {
+  int32_t communicator = -1;        // index into Schedule::communicators
+  // Per (rank, communicator), 1-based, as Flight Recorder's collective_seq_id (p2p ops are
+  // numbered apart, in p2p_seq, as its p2p_seq_id).
+  int64_t seq = 0;
+  int64_t p2p_seq = 0;
+  traces::CollectiveType type = traces::CollectiveType::kAllReduce;
+  int64_t bytes = 0;
+  traces::DType dtype = traces::DType::kBFloat16;
+  int32_t peer = -1;
+  int64_t enqueued_ns = 0;          // when the host launched it
+  int64_t arrived_ns = -1;          // when it reached its stream's head and its turn (-1: not yet)
+};
+
+struct BlockedStream {
+  int32_t stream = 0;
+  int32_t op_index = -1;            // the head item (-1: an allocator event)
+  int64_t op_id = -1;
+  int64_t queued = 0;               // items in the stream's queue
+  StreamWaitReason reason = StreamWaitReason::kOther;
+  int32_t event = -1;               // kEventRecord
+  int32_t record_stream = -1;       // kEventRecord: where the awaited record is queued
+  int32_t record_op_index = -1;     //   (-1: an allocator event)
+  std::optional<PendingCollective> collective;  // the head is a collective
+  // kCommunicatorTurn: the stream holding the communicator's next op on this rank, and it.
+  int32_t turn_stream = -1;
+  int32_t turn_op_index = -1;
+};
+
+struct BlockedHost {
+  HostBlockReason reason = HostBlockReason::kOther;
+  int32_t op_index = -1;            // the op the host is blocked in (-1: finished)
+  int64_t op_id = -1;
+  int32_t stream = -1;              // kStreamSynchronize, kLaunchQueueFull
+  int32_t event = -1;               // kEventSynchronize
+  int32_t record_stream = -1;       // kEventSynchronize: where the awaited record is queued
+  int64_t since_ns = 0;
+};
+
+// A rank's serialization lane of one communicator: collectives (and p2p) issued and completed.
+struct CommLaneState {
+  int32_t communicator = -1;
+  int64_t issued = 0;
+  int64_t completed = 0;
+};
+
+// Why a rank could not finish.
 struct BlockedRank {
   int32_t rank = 0;
   std::string host;                   // what the host is blocked on, or "finished"
   std::vector<std::string> streams;   // per stream with pending work: its head op
+  // The same, structured (collected once, when the run ends unfinished):
+  BlockedHost host_state;
+  std::vector<BlockedStream> stream_states;   // streams with pending work
+  std::vector<CommLaneState> lanes;           // every communicator of the rank
+  std::vector<std::pair<int32_t, PendingCollective>> pending;  // (op_index, collective):
+                                              // every issued, unfinished collective, in issue order
+};
+
+// A collective some members reached while others did not (or reached with a different type,
+// size or dtype: then it never starts).
+struct PendingRendezvous {
+  int32_t communicator = -1;
+  int64_t seq = 1;                    // 1-based per-communicator sequence number
+  struct Arrival {
+    int32_t rank = 0;
+    int32_t stream = 0;
+    int32_t op_index = 0;
+    traces::CollectiveType type = traces::CollectiveType::kAllReduce;
+    int64_t bytes = 0;
+    traces::DType dtype = traces::DType::kBFloat16;
+  };
+  std::vector<Arrival> arrived;
+  bool mismatch = false;
 };
 
 struct SimulationResult {
@@ -195,6 +286,7 @@ struct SimulationResult {
   std::vector<RankStats> ranks;
   bool hung = false;
   std::vector<BlockedRank> blocked;   // non-empty when hung
+  std::vector<PendingRendezvous> rendezvous;  // when hung: collectives partly arrived
   int64_t ops_executed = 0;           // host ops retired over all ranks
   int64_t events_processed = 0;
 };

@@ -1,0 +1,303 @@
+// Hang analysis on small hand-written schedules: each test states by hand which ranks block,
+// where, at which per-communicator sequence number, and why.
+#include "shardscope/sim/hang.h"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+namespace shardscope::sim {
+namespace {
+
+using namespace traces;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// Kernels cost their duration, collectives `bytes` ns.
+class FakeCosts : public CostProvider {
+ public:
+  int64_t KernelNs(const ComputeDesc& desc) const override { return std::get<FixedDurationDesc>(desc).duration_ns; }
+  int64_t MemcpyNs(MemcpyKind, int64_t bytes) const override { return bytes; }
+  CollectiveCost Collective(CollectiveType, int64_t bytes, int32_t) const override {
+    CollectiveCost cost;
+    cost.duration_ns = bytes;
+    return cost;
+  }
+};
+
+// One program per rank with streams s0, s1, event e0, and the given communicators (each
+// spanning every rank, bound to the slot of the same name).
+class Builder {
+ public:
+  Builder(int world, std::vector<std::string> comms) {
+    for (const std::string& name : comms) {
+      Communicator c{name, {}};
+      for (int r = 0; r < world; ++r) c.ranks.push_back(r);
+      schedule.communicators.push_back(c);
+    }
+    for (int r = 0; r < world; ++r) {
+      Program p;
+      p.name = "rank" + std::to_string(r);
+      p.streams = {{"s0", 0}, {"s1", 0}};
+      p.events = {"e0"};
+      p.tensors = {"a"};
+      p.comm_slots = comms;
+      schedule.programs.push_back(p);
+      schedule.ranks.push_back({r, {}});
+    }
+  }
+  Builder& Add(int rank, OpPayload payload) {
+    Program& p = schedule.programs[static_cast<size_t>(rank)];
+    Op op;
+    op.id = static_cast<int64_t>(p.ops.size());
+    op.payload = payload;
+    p.ops.push_back(op);
+    return *this;
+  }
+  Builder& Coll(int rank, int slot, int stream, int64_t bytes, CollectiveType type = CollectiveType::kAllReduce) {
+    CollectiveOp c;
+    c.type = type;
+    c.comm = slot;
+    c.stream = stream;
+    c.bytes = bytes;
+    return Add(rank, c);
+  }
+  SimulationResult Run(const EngineConfig& config, EngineObserver* observer = nullptr) {
+    EXPECT_TRUE(schedule.ResolveBindings().ok());
+    FakeCosts costs;
+    StatusOr<SimulationResult> result = Simulate(schedule, costs, config, observer);
+    EXPECT_TRUE(result.ok()) << result.status().message();
+    return *result;
+  }
+  Schedule schedule;
+};
+
+EngineConfig Launch10() {
+  EngineConfig config;
+  config.launch_overhead_ns = 10;
+  return config;
+}
+
+const BlockedRank& BlockedOf(const SimulationResult& result, int32_t rank) {
+  for (const BlockedRank& b : result.blocked) {
+    if (b.rank == rank) return b;
+  }
+  ADD_FAILURE() << "rank " << rank << " is not blocked";
+  return result.blocked.front();
+}
+
+std::vector<int32_t> BlockedRanks(const SimulationResult& result) {
+  std::vector<int32_t> ranks;
+  for (const BlockedRank& b : result.blocked) ranks.push_back(b.rank);
+  return ranks;
+}
+
+TEST(HangTest, CompressRanks) {
+  EXPECT_EQ(CompressRanks({0, 1, 2, 4, 5, 6, 7}), "0-2,4-7");
+  EXPECT_EQ(CompressRanks({3}), "3");
+  EXPECT_EQ(CompressRanks({5, 1, 3, 2}), "1-3,5");
+  EXPECT_EQ(CompressRanks({}), "");
+}
+
+TEST(HangTest, OutOfMemoryRankLeavesPeersInTheNextCollective) {
+  // 4 ranks: all_reduce #1 (50 ns), then an allocation (rank 3: 64 MiB on a 40 MiB device,
+  // others 1 MiB, never freed: live since the warm-up step, so free of cost), then all_gather
+  // #2. Rank 3 stops at its allocation (op 1); ranks 0-2 arrive in all_gather #2 and wait.
+  Builder b(4, {"world"});
+  for (int r = 0; r < 4; ++r) {
+    b.Coll(r, 0, 0, 50);
+    b.Add(r, AllocateOp{0, r == 3 ? 64 * kMiB : kMiB, 0});
+    b.Coll(r, 0, 0, 100, CollectiveType::kAllGather);
+  }
+  EngineConfig config = Launch10();
+  config.memory.enabled = true;
+  config.memory.capacity_bytes = {40 * kMiB};
+  CollectiveRecorder recorder(b.schedule, {0, 3});
+  const SimulationResult result = b.Run(config, &recorder);
+  ASSERT_TRUE(result.hung);
+  EXPECT_EQ(BlockedRanks(result), (std::vector<int32_t>{0, 1, 2, 3}));
+  const BlockedRank& oom = BlockedOf(result, 3);
+  EXPECT_EQ(oom.host_state.reason, HostBlockReason::kOutOfMemory);
+  EXPECT_EQ(oom.host_state.op_id, 1);
+  EXPECT_TRUE(oom.pending.empty());  // all_reduce #1 finished; all_gather #2 never issued
+  for (int32_t r = 0; r < 3; ++r) {
+    const BlockedRank& waiting = BlockedOf(result, r);
+    EXPECT_EQ(waiting.host_state.reason, HostBlockReason::kFinished);
+    ASSERT_EQ(waiting.stream_states.size(), 1u);
+    const BlockedStream& s = waiting.stream_states[0];
+    EXPECT_EQ(s.reason, StreamWaitReason::kRendezvous);
+    ASSERT_TRUE(s.collective.has_value());
+    EXPECT_EQ(s.collective->seq, 2);
+    EXPECT_EQ(s.collective->type, CollectiveType::kAllGather);
+    // Launched at [10, 20] after the all-reduce's launch [0, 10]; arrives when all_reduce
+    // #1 (started at 10 on every rank, 50 ns) ends at 60.
+    EXPECT_EQ(s.collective->enqueued_ns, 10);
+    EXPECT_EQ(s.collective->arrived_ns, 60);
+    ASSERT_EQ(waiting.lanes.size(), 1u);
+    EXPECT_EQ(waiting.lanes[0].issued, 2);
+    EXPECT_EQ(waiting.lanes[0].completed, 1);
+  }
+  ASSERT_EQ(result.rendezvous.size(), 1u);
+  EXPECT_EQ(result.rendezvous[0].seq, 2);
+  EXPECT_EQ(result.rendezvous[0].arrived.size(), 3u);
+
+  const HangReport report = AnalyzeHang(b.schedule, result);
+  for (const std::string& line : report.explanation) std::cout << "explanation: " << line << "\n";
+  ASSERT_EQ(report.causes.size(), 1u);
+  EXPECT_EQ(report.causes[0].kind, RootCauseKind::kOutOfMemory);
+  EXPECT_EQ(report.causes[0].ranks, (std::vector<int32_t>{3}));
+  EXPECT_EQ(report.causes[0].waiting_ranks, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_TRUE(report.cycles.empty());
+  EXPECT_EQ(report.explanation[0].rfind("rank 3 stopped: out of memory at op 1, allocating 'a', 64.00 MiB requested, 40.00 MiB free", 0), 0u)
+      << report.explanation[0];
+  EXPECT_NE(report.explanation[0].find("; ranks 0-2 wait in all_gather #2 on 'world' for rank 3"), std::string::npos)
+      << report.explanation[0];
+  // The watchdog (10 minutes) fires on the oldest pending collective: all_gather #2, launched
+  // at 10 ns on rank 0 (the lowest of ranks 0-2, all equal).
+  EXPECT_EQ(report.watchdog_fires_at_ns, 10 + int64_t{600} * 1'000'000'000);
+  EXPECT_EQ(report.watchdog_rank, 0);
+  EXPECT_EQ(report.watchdog_seq, 2);
+
+  // Rank 0's Flight Recorder: all_reduce #1 completed [10, 60], all_gather #2 started at 60.
+  const std::string fr = FlightRecorderJson(b.schedule, result, 0, &recorder);
+  EXPECT_NE(fr.find("\"version\": \"2.10\""), std::string::npos);
+  EXPECT_NE(fr.find("\"profiling_name\": \"nccl:all_reduce\""), std::string::npos);
+  EXPECT_NE(fr.find("\"profiling_name\": \"nccl:all_gather\""), std::string::npos);
+  EXPECT_NE(fr.find("\"collective_seq_id\": 2"), std::string::npos);
+  EXPECT_NE(fr.find("\"state\": \"started\""), std::string::npos);
+  EXPECT_NE(fr.find("\"time_discovered_completed_ns\": 60"), std::string::npos) << fr;
+  EXPECT_NE(fr.find("\"time_discovered_started_ns\": 60"), std::string::npos);
+  EXPECT_NE(fr.find("\"last_enqueued_collective\": 2"), std::string::npos);
+  EXPECT_NE(fr.find("\"last_completed_collective\": 1"), std::string::npos);
+  // all_gather of 100 bytes bf16 = 50 elements gathered over 4 ranks: input 12, output 50.
+  EXPECT_NE(fr.find("\"timeout_ms\": 600000"), std::string::npos);
+  // Rank 3 stopped before issuing all_gather #2: one completed entry.
+  const std::string fr3 = FlightRecorderJson(b.schedule, result, 3, &recorder);
+  EXPECT_EQ(fr3.find("nccl:all_gather"), std::string::npos);
+  EXPECT_NE(fr3.find("\"last_completed_collective\": 1"), std::string::npos);
+}
+
+TEST(HangTest, CollectiveTypeMismatchAtTheSameSequenceNumber) {
+  // all_reduce #1 on every rank, then #2 is an all_gather on ranks 0-2 and an all_reduce on
+  // rank 3: the rendezvous gathers all four and never starts.
+  Builder b(4, {"dp"});
+  for (int r = 0; r < 4; ++r) {
+    b.Coll(r, 0, 0, 50);
+    b.Coll(r, 0, 0, 100, r == 3 ? CollectiveType::kAllReduce : CollectiveType::kAllGather);
+  }
+  const SimulationResult result = b.Run(Launch10());
+  ASSERT_TRUE(result.hung);
+  EXPECT_EQ(BlockedRanks(result), (std::vector<int32_t>{0, 1, 2, 3}));
+  for (int32_t r = 0; r < 4; ++r) {
+    const BlockedRank& blocked = BlockedOf(result, r);
+    ASSERT_EQ(blocked.stream_states.size(), 1u);
+    ASSERT_TRUE(blocked.stream_states[0].collective.has_value());
+    EXPECT_EQ(blocked.stream_states[0].collective->seq, 2);
+  }
+  ASSERT_EQ(result.rendezvous.size(), 1u);
+  EXPECT_TRUE(result.rendezvous[0].mismatch);
+  EXPECT_EQ(result.rendezvous[0].seq, 2);
+  const HangReport report = AnalyzeHang(b.schedule, result);
+  for (const std::string& line : report.explanation) std::cout << "explanation: " << line << "\n";
+  ASSERT_EQ(report.causes.size(), 1u);
+  EXPECT_EQ(report.causes[0].kind, RootCauseKind::kMismatch);
+  EXPECT_EQ(report.causes[0].seq, 2);
+  EXPECT_EQ(report.causes[0].ranks, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(report.explanation[0],
+            "rank 3 is in all_reduce #2 on 'dp' (100 bytes, bf16) while ranks 0-2 are in all_gather #2 on 'dp' "
+            "(100 bytes, bf16): collective type mismatch (COLLECTIVE_TYPE_MISMATCH)");
+}
+
+TEST(HangTest, TwoCommunicatorsEnteredInOppositeOrdersFormACycle) {
+  // One stream per rank. Rank 0 issues x then y, rank 1 issues y then x: rank 0's stream
+  // waits in x #1 for rank 1, whose stream is behind y #1, which waits for rank 0, whose
+  // stream is behind x #1.
+  Builder b(2, {"x", "y"});
+  b.Coll(0, 0, 0, 50).Coll(0, 1, 0, 50);
+  b.Coll(1, 1, 0, 50).Coll(1, 0, 0, 50);
+  const SimulationResult result = b.Run(Launch10());
+  ASSERT_TRUE(result.hung);
+  EXPECT_EQ(BlockedRanks(result), (std::vector<int32_t>{0, 1}));
+  const BlockedRank& r0 = BlockedOf(result, 0);
+  ASSERT_TRUE(r0.stream_states[0].collective.has_value());
+  EXPECT_EQ(r0.stream_states[0].collective->communicator, 0);
+  EXPECT_EQ(r0.stream_states[0].collective->seq, 1);
+  EXPECT_EQ(r0.pending.size(), 2u);
+  const BlockedRank& r1 = BlockedOf(result, 1);
+  EXPECT_EQ(r1.stream_states[0].collective->communicator, 1);
+  EXPECT_EQ(r1.stream_states[0].collective->seq, 1);
+  const HangReport report = AnalyzeHang(b.schedule, result);
+  for (const std::string& line : report.explanation) std::cout << "explanation: " << line << "\n";
+  ASSERT_EQ(report.cycles.size(), 1u);
+  EXPECT_EQ(report.cycles[0].size(), 4u);  // two streams, two rendezvous
+  ASSERT_EQ(report.causes.size(), 1u);
+  EXPECT_EQ(report.causes[0].kind, RootCauseKind::kCycle);
+  EXPECT_EQ(report.causes[0].ranks, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(report.explanation[0].rfind("deadlock cycle: ", 0), 0u);
+  EXPECT_NE(report.explanation[0].find("rank 0 waits in all_reduce #1 on 'x' for rank 1, whose stream 's0' is "
+                                       "behind all_reduce #1 on 'y'"),
+            std::string::npos)
+      << report.explanation[0];
+  EXPECT_NE(report.explanation[0].find("rank 1 waits in all_reduce #1 on 'y' for rank 0, whose stream 's0' is "
+                                       "behind all_reduce #1 on 'x'"),
+            std::string::npos)
+      << report.explanation[0];
+}
+
+TEST(HangTest, OppositeOrdersOnSeparateStreamsDoNotHang) {
+  // The same opposite orders with each communicator on its own stream: every collective
+  // reaches its stream's head at once (NCCL orders only one communicator's work): no hang.
+  Builder b(2, {"x", "y"});
+  b.Coll(0, 0, 0, 50).Coll(0, 1, 1, 50);
+  b.Coll(1, 1, 1, 50).Coll(1, 0, 0, 50);
+  const SimulationResult result = b.Run(Launch10());
+  EXPECT_FALSE(result.hung);
+  EXPECT_TRUE(AnalyzeHang(b.schedule, result).causes.empty());
+}
+
+TEST(HangTest, StreamWaitsOnAnEventWhoseRecordNeverExecutes) {
+  // Rank 0: all_reduce #1 on s1, then record e0 on s1; s0 waits for e0; the host
+  // synchronizes the device. Rank 1 never enters the all_reduce. The record is stuck behind
+  // the collective, so s0 waits for an event that is never recorded on the device. (A wait on
+  // an event never recorded at all is a no-op in CUDA, and ValidateSchedule rejects it.)
+  Builder b(2, {"world"});
+  b.Coll(0, 0, 1, 50).Add(0, EventRecordOp{0, 1}).Add(0, StreamWaitEventOp{0, 0});
+  b.Add(0, KernelOp{0, FixedDurationDesc{20}}).Add(0, DeviceSynchronizeOp{});
+  b.Add(1, KernelOp{0, FixedDurationDesc{20}});
+  const SimulationResult result = b.Run(Launch10());
+  ASSERT_TRUE(result.hung);
+  EXPECT_EQ(BlockedRanks(result), (std::vector<int32_t>{0}));
+  const BlockedRank& r0 = BlockedOf(result, 0);
+  EXPECT_EQ(r0.host_state.reason, HostBlockReason::kDeviceSynchronize);
+  EXPECT_EQ(r0.host_state.op_id, 4);
+  ASSERT_EQ(r0.stream_states.size(), 2u);
+  const BlockedStream& s0 = r0.stream_states[0];
+  EXPECT_EQ(s0.stream, 0);
+  EXPECT_EQ(s0.reason, StreamWaitReason::kEventRecord);
+  EXPECT_EQ(s0.event, 0);
+  EXPECT_EQ(s0.record_stream, 1);
+  EXPECT_EQ(s0.record_op_index, 1);
+  const BlockedStream& s1 = r0.stream_states[1];
+  EXPECT_EQ(s1.reason, StreamWaitReason::kRendezvous);
+  EXPECT_EQ(s1.collective->seq, 1);
+  const HangReport report = AnalyzeHang(b.schedule, result);
+  for (const std::string& line : report.explanation) std::cout << "explanation: " << line << "\n";
+  ASSERT_EQ(report.causes.size(), 1u);
+  EXPECT_EQ(report.causes[0].kind, RootCauseKind::kNeverIssued);
+  EXPECT_EQ(report.causes[0].ranks, (std::vector<int32_t>{1}));
+  EXPECT_EQ(report.causes[0].waiting_ranks, (std::vector<int32_t>{0}));
+  EXPECT_EQ(report.explanation[0],
+            "rank 1 finished its program without entering all_reduce #1 on 'world' (its program issues 0 "
+            "collective(s) there); rank 0 waits in all_reduce #1 on 'world' for rank 1");
+  // The wait-for chain: host -> s0 -> event e0 -> s1 -> the rendezvous -> rank 1's host.
+  bool event_edge = false;
+  for (const WaitEdge& e : report.edges) {
+    if (report.vertices[e.from].label == "rank 0 stream 's0'" && report.vertices[e.to].label == "rank 0 event 'e0'") {
+      event_edge = true;
+    }
+  }
+  EXPECT_TRUE(event_edge);
+}
+
+}  // namespace
+}  // namespace shardscope::sim
