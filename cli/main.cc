@@ -70,6 +70,7 @@ struct SimulateOptions {
   std::string input;
   std::string out_dir = "shardscope-out";
   std::string trace_ranks = "default";
+  std::vector<std::string> stragglers;  // RANK:FACTOR
   bool quiet = false;
 };
 
@@ -80,6 +81,7 @@ Status RunSimulate(const SimulateOptions& options) {
   const sim::SimulationSetup& setup = loaded.setup;
   sim::ClusterCostProvider costs(schedule, setup.cluster);
   sim::EngineConfig config = sim::EngineConfigFor(setup, schedule.world_size());
+  SHARDSCOPE_ASSIGN_OR_RETURN(config.rank_slowdown, cli::ParseStragglers(options.stragglers, schedule.world_size()));
   if (!options.quiet && isatty(STDERR_FILENO)) {
     config.progress = [](double fraction) {
       std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
@@ -171,6 +173,19 @@ Status RunSimulate(const SimulateOptions& options) {
   const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
   SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(report_path, sim::ReportJson(schedule, setup, result)));
   std::cout << sim::SummaryText(schedule, setup, result);
+  if (!config.rank_slowdown.empty()) {
+    // What the stragglers cost: one more run without them (no trace, no memory history).
+    sim::EngineConfig baseline_config = config;
+    baseline_config.rank_slowdown.clear();
+    baseline_config.progress = nullptr;
+    baseline_config.memory.record_history = false;
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline, sim::Simulate(schedule, costs, baseline_config, nullptr));
+    if (result.hung || baseline.hung) {
+      std::cout << "  STRAGGLER: no cost reported: the step does not complete\n";
+    } else {
+      std::cout << cli::StragglerSummary(config.rank_slowdown, result.step_ns, baseline.step_ns);
+    }
+  }
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);
   if (!dumped.empty()) {
     std::cout << fmt::format("  wrote flight_recorder_rank<N>.json for {} of {} blocked rank(s) ({}; at most 64), "
@@ -309,6 +324,9 @@ int main(int argc, char** argv) {
                            "Ranks in the trace: 'default' (first node + every rank whose timeline differs), "
                            "'all', 'none', or a list like '0-7,12'")
       ->capture_default_str();
+  simulate_cmd->add_option("--straggler", simulate.stragglers,
+                           "RANK:FACTOR: that rank's kernels and copies run FACTOR (>= 1) x slower; repeatable. "
+                           "The summary says what it costs (one more run without it)");
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages on stderr");
 
   std::string schedule_input, schedule_output;
@@ -339,6 +357,7 @@ int main(int argc, char** argv) {
 
   const shardscope::cli::CommandRunner memory_runner = shardscope::cli::AddMemoryCommand(app);
   const shardscope::cli::CommandRunner fit_runner = shardscope::cli::AddFitCommand(app);
+  const shardscope::cli::CommandRunner check_runner = shardscope::cli::AddCheckCommand(app);
 
   try {
     app.parse(argc, argv);
@@ -362,5 +381,6 @@ int main(int argc, char** argv) {
   if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
   if (std::optional<Status> ran = memory_runner()) status = *ran;
   if (std::optional<Status> ran = fit_runner()) status = *ran;
+  if (std::optional<Status> ran = check_runner()) status = *ran;
   return status.ok() ? 0 : Fail(status);
 }

@@ -88,6 +88,8 @@ struct RankState {
   int64_t last_change_ns = 0;              // for integrating compute/comm/overlap time
   RankStats stats;
   bool want_trace = false;
+  double slowdown = 1.0;                   // EngineConfig::rank_slowdown (1: full speed)
+  int64_t inject_oom_op_id = -1;           // EngineConfig::inject_oom on this rank (-1: none)
   // The caching allocator (memory simulation only).
   std::unique_ptr<DeviceMemory> device_memory;
   std::unique_ptr<StreamEvents> alloc_events;
@@ -237,6 +239,10 @@ class Engine {
   MemoryStats CurrentStats(const RankState& r) const;
 
   void RunHost(RankState& r);
+  void InjectOom(RankState& r, const traces::AllocateOp& op, int64_t op_id, int64_t t);
+  int64_t Slowed(const RankState& r, int64_t ns) const {
+    return r.slowdown == 1.0 ? ns : static_cast<int64_t>(std::llround(static_cast<double>(ns) * r.slowdown));
+  }
   bool Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t);
   void FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t);
   void AfterAllocatorCall(RankState& r, int64_t t);
@@ -306,6 +312,27 @@ class Engine {
 
 StatusOr<SimulationResult> Engine::Run() {
   const int32_t world = schedule_.world_size();
+  for (const auto& [rank, factor] : config_.rank_slowdown) {
+    if (rank < 0 || rank >= world) {
+      return Status::InvalidInput(fmt::format("straggler rank {} is outside the world of {} ranks", rank, world));
+    }
+    if (!(factor >= 1.0) || !std::isfinite(factor)) {
+      return Status::InvalidInput(fmt::format("straggler rank {}: slowdown factor {} must be >= 1", rank, factor));
+    }
+  }
+  if (config_.inject_oom) {
+    const InjectedOom& oom = *config_.inject_oom;
+    if (oom.rank < 0 || oom.rank >= world) {
+      return Status::InvalidInput(fmt::format("injected OOM: rank {} is outside the world of {} ranks", oom.rank, world));
+    }
+    const std::vector<Op>& ops = schedule_.ProgramOf(oom.rank).ops;
+    if (std::none_of(ops.begin(), ops.end(), [&](const Op& op) {
+          return op.id == oom.op_id && std::holds_alternative<traces::AllocateOp>(op.payload);
+        })) {
+      return Status::InvalidInput(
+          fmt::format("injected OOM: rank {} has no allocate op with id {}", oom.rank, oom.op_id));
+    }
+  }
   ranks_.resize(static_cast<size_t>(world));
   rendezvous_.resize(schedule_.communicators.size());
   for (int32_t rank = 0; rank < world; ++rank) {
@@ -341,6 +368,11 @@ StatusOr<SimulationResult> Engine::Run() {
       r.lane_of_slot.push_back(lane);
     }
     r.want_trace = observer_ != nullptr && observer_->WantsRank(rank);
+    if (auto it = config_.rank_slowdown.find(rank); it != config_.rank_slowdown.end()) r.slowdown = it->second;
+    // The injected rank may keep reading a shared allocator log: it stops at the injected op
+    // before consuming that op's outcome, and every outcome before it is the same as its
+    // class's (same program, same capacity, same calls in program order).
+    if (config_.inject_oom && config_.inject_oom->rank == rank) r.inject_oom_op_id = config_.inject_oom->op_id;
     if (config_.memory.enabled) {
       const auto& capacities = config_.memory.capacity_bytes;
       if (capacities.empty()) return Status::Internal("memory simulation without capacities");
@@ -563,6 +595,11 @@ void Engine::RunHost(RankState& r) {
               yielded = true;
             }
           } else if constexpr (std::is_same_v<T, traces::AllocateOp>) {
+            if (op.id == r.inject_oom_op_id) {  // before the memory checks: works without memory too
+              InjectOom(r, payload, op.id, t);
+              yielded = true;
+              return;
+            }
             if (!r.allocator && !r.log) return;
             if (r.preallocated[static_cast<size_t>(payload.tensor)]) {  // live since the warm-up
               r.preallocated[static_cast<size_t>(payload.tensor)] = false;
@@ -748,6 +785,20 @@ void Engine::WarmAllocator(RankState& r) {
   }
 }
 
+// EngineConfig::inject_oom: the same stop as a failed malloc in Allocate, without asking the
+// allocator (whose state stays as it was before the call).
+void Engine::InjectOom(RankState& r, const traces::AllocateOp& op, int64_t op_id, int64_t t) {
+  OomInfo oom{op_id, t, op.bytes, 0, 0, true};
+  if (r.allocator || r.log) {
+    const MemoryStats stats = CurrentStats(r);
+    oom.free_bytes = std::max<int64_t>(0, r.stats.memory.capacity_bytes - stats.reserved_bytes);
+  }
+  r.stats.memory.oom = oom;
+  if (r.want_trace) observer_->OnMemoryEvent(r.rank, t, "oom", op.bytes);
+  r.host.wait = HostWait::kStopped;
+  r.stats.end_ns = std::max(r.stats.end_ns, t);
+}
+
 // Returns false when the host must stop here (blocked on the device, or out of memory).
 bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t) {
   HostState& host = r.host;
@@ -874,11 +925,11 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
     }
     const Op& op = OpOf(r, item.op_index);
     if (const auto* kernel = std::get_if<traces::KernelOp>(&op.payload)) {
-      StartCompute(r, stream, item, costs_.KernelNs(kernel->compute), ActivityKind::kCompute);
+      StartCompute(r, stream, item, Slowed(r, costs_.KernelNs(kernel->compute)), ActivityKind::kCompute);
       return;
     }
     if (const auto* copy = std::get_if<traces::MemcpyOp>(&op.payload)) {
-      StartCompute(r, stream, item, costs_.MemcpyNs(copy->kind, copy->bytes), ActivityKind::kCopy);
+      StartCompute(r, stream, item, Slowed(r, costs_.MemcpyNs(copy->kind, copy->bytes)), ActivityKind::kCopy);
       return;
     }
     if (const auto* coll = std::get_if<traces::CollectiveOp>(&op.payload)) {

@@ -1,5 +1,6 @@
 // Exact timestamps for small schedules, computed by hand in the comments.
 #include "shardscope/sim/engine.h"
+#include "shardscope/sim/hang.h"
 
 #include <gtest/gtest.h>
 
@@ -467,6 +468,117 @@ TEST(EngineTest, IdenticalRanksHashEqualAndRunsAreDeterministic) {
   EXPECT_EQ(first.ranks[0].timeline_hash, first.ranks[1].timeline_hash);
   EXPECT_EQ(first.ranks[0].timeline_hash, second.ranks[0].timeline_hash);
   EXPECT_EQ(first.makespan_ns, second.makespan_ns);
+}
+
+// ---- Fault injection (EngineConfig::inject_oom, rank_slowdown)
+
+// Three ranks share one program: all_reduce (50 ns) [op 0], allocate a 1 MiB [op 1],
+// all_gather (100 ns) [op 2], free a [op 3]. The fault makes op 1 of rank 0 fail.
+Builder SharedProgramWithAllocation() {
+  Builder b(3);
+  b.Coll(0, 0, 50).Add(0, AllocateOp{0, kMiB, 0}).Coll(0, 0, 100, CollectiveType::kAllGather).Add(0, FreeOp{0});
+  for (int r = 1; r < 3; ++r) b.schedule.ranks[static_cast<size_t>(r)].program = 0;
+  return b;
+}
+
+TEST(EngineFaultTest, InjectedOomStopsTheRankAtThatOpAndPeersHang) {
+  // With and without memory simulation; with memory, ranks 1-2 read the outcome log their
+  // class shares with rank 0. Rank 0: all_reduce launch [0,10]; the allocation at host time
+  // 10 fails (injected), so it never issues all_gather #2. Ranks 1-2 run all_reduce #1 10..60,
+  // then arrive in all_gather #2 (launched [10,20]) at 60 and wait for rank 0.
+  for (bool memory : {false, true}) {
+    Builder b = SharedProgramWithAllocation();
+    EngineConfig config = memory ? WithMemory(1024 * kMiB, true) : Launch10();
+    config.launch_overhead_ns = 10;
+    config.memory.device_alloc_ns = 0;
+    const SimulationResult fault_free = b.Run(config);
+    ASSERT_FALSE(fault_free.hung);
+    config.inject_oom = InjectedOom{0, 1};
+    const SimulationResult result = b.Run(config);
+    ASSERT_TRUE(result.hung) << "memory=" << memory;
+    const RankMemory& m0 = result.ranks[0].memory;
+    ASSERT_TRUE(m0.oom.has_value());
+    EXPECT_EQ(m0.oom->op_id, 1);
+    EXPECT_EQ(m0.oom->time_ns, 10);
+    EXPECT_EQ(m0.oom->requested_bytes, kMiB);
+    EXPECT_TRUE(m0.oom->injected);
+    EXPECT_EQ(m0.stats.num_ooms, 0);  // the allocator itself was never asked
+    ASSERT_EQ(result.blocked.size(), 3u);
+    EXPECT_EQ(result.blocked[0].host_state.reason, HostBlockReason::kOutOfMemory);
+    EXPECT_EQ(result.blocked[0].host_state.op_id, 1);
+    for (int r = 1; r < 3; ++r) {
+      const BlockedRank& waiting = result.blocked[static_cast<size_t>(r)];
+      EXPECT_FALSE(result.ranks[static_cast<size_t>(r)].memory.oom.has_value());
+      ASSERT_EQ(waiting.stream_states.size(), 1u);
+      ASSERT_TRUE(waiting.stream_states[0].collective.has_value());
+      EXPECT_EQ(waiting.stream_states[0].reason, StreamWaitReason::kRendezvous);
+      EXPECT_EQ(waiting.stream_states[0].collective->seq, 2);
+      EXPECT_EQ(waiting.stream_states[0].collective->type, CollectiveType::kAllGather);
+      EXPECT_EQ(waiting.stream_states[0].collective->arrived_ns, 60);
+      // The shared log is still right for the other ranks: their hosts ran to the end (the
+      // free of a is issued right after the all-gather's launch), as in a fault-free run.
+      if (memory) {
+        const MemoryStats& got = result.ranks[static_cast<size_t>(r)].memory.stats;
+        const MemoryStats& clean = fault_free.ranks[static_cast<size_t>(r)].memory.stats;
+        EXPECT_EQ(got.allocated_bytes, 0);
+        EXPECT_EQ(got.allocated_bytes_peak, kMiB);
+        EXPECT_EQ(got.allocated_bytes, clean.allocated_bytes);
+        EXPECT_EQ(got.reserved_bytes, clean.reserved_bytes);
+        EXPECT_EQ(got.reserved_bytes_peak, clean.reserved_bytes_peak);
+      }
+    }
+    const HangReport report = AnalyzeHang(b.schedule, result);
+    ASSERT_FALSE(report.explanation.empty());
+    const std::string& why = report.explanation.front();
+    EXPECT_NE(why.find("rank 0 stopped: injected out of memory at op 1"), std::string::npos) << why;
+    EXPECT_NE(why.find("ranks 1-2 wait in all_gather #2 on 'world' for rank 0"), std::string::npos) << why;
+  }
+}
+
+TEST(EngineFaultTest, WithoutTheFaultTheSameScheduleCompletes) {
+  Builder b = SharedProgramWithAllocation();
+  const SimulationResult result = b.Run(WithMemory(1024 * kMiB, true));
+  EXPECT_FALSE(result.hung);
+  for (const RankStats& r : result.ranks) EXPECT_FALSE(r.memory.oom.has_value());
+}
+
+TEST(EngineFaultTest, BadFaultsAreInvalidInput) {
+  Builder b = SharedProgramWithAllocation();
+  ASSERT_TRUE(b.schedule.ResolveBindings().ok());
+  FakeCosts costs;
+  EngineConfig config = Launch10();
+  config.inject_oom = InjectedOom{0, 0};  // op 0 is a collective, not an allocation
+  EXPECT_EQ(Simulate(b.schedule, costs, config, nullptr).status().code(), StatusCode::kInvalidInput);
+  config.inject_oom = InjectedOom{3, 1};  // outside the world
+  EXPECT_EQ(Simulate(b.schedule, costs, config, nullptr).status().code(), StatusCode::kInvalidInput);
+  config.inject_oom.reset();
+  config.rank_slowdown = {{1, 0.5}};      // faster than the hardware: not a straggler
+  EXPECT_EQ(Simulate(b.schedule, costs, config, nullptr).status().code(), StatusCode::kInvalidInput);
+}
+
+TEST(EngineFaultTest, StragglerKernelsAndCopiesTakeFactorTimesLonger) {
+  // Both ranks: kernel K (100 ns) [op 0], all_reduce (50 ns) [op 1], copy of 40 B (40 ns)
+  // [op 2], all on s0, launches [0,10], [10,20], [20,30]. Rank 0 is slowed 3x: K runs
+  // 10..310 (300 ns). Rank 1's K runs 10..110 and its all-reduce arrives at 110, but the
+  // collective starts only when rank 0 arrives, at 310, and runs at its own speed: 310..360 on
+  // both. Then the copies: rank 0's 360..480 (3 x 40), rank 1's 360..400.
+  Builder b(2);
+  for (int r = 0; r < 2; ++r) b.Kernel(r, 0, 100).Coll(r, 0, 50).Add(r, MemcpyOp{MemcpyKind::kDeviceToDevice, 0, 40});
+  EngineConfig config = Launch10();
+  config.rank_slowdown = {{0, 3.0}};
+  Recorder rec(b.schedule);
+  const SimulationResult result = b.Run(config, &rec);
+  EXPECT_FALSE(result.hung);
+  EXPECT_EQ(rec.device.at({0, 0}), std::make_pair(int64_t{10}, int64_t{310}));
+  EXPECT_EQ(rec.device.at({1, 0}), std::make_pair(int64_t{10}, int64_t{110}));
+  EXPECT_EQ(rec.device.at({0, 1}), std::make_pair(int64_t{310}, int64_t{360}));
+  EXPECT_EQ(rec.device.at({1, 1}), std::make_pair(int64_t{310}, int64_t{360}));
+  EXPECT_EQ(rec.device.at({0, 2}), std::make_pair(int64_t{360}, int64_t{480}));
+  EXPECT_EQ(rec.device.at({1, 2}), std::make_pair(int64_t{360}, int64_t{400}));
+  EXPECT_EQ(result.makespan_ns, 480);
+  // Without the straggler: K 10..110, all-reduce 110..160, copy 160..200.
+  config.rank_slowdown.clear();
+  EXPECT_EQ(b.Run(config).makespan_ns, 200);
 }
 
 }  // namespace

@@ -412,7 +412,8 @@ std::string Analyzer::CauseText(RootCause& cause) {
       const int32_t rank = cause.ranks.front();
       const BlockedHost& h = blocked_.at(rank)->host_state;
       const auto& oom = result_.ranks[static_cast<size_t>(rank)].memory.oom;
-      std::string text = fmt::format("rank {} stopped: out of memory at {}", rank,
+      std::string text = fmt::format("rank {} stopped: {}out of memory at {}", rank,
+                                     oom && oom->injected ? "injected " : "",
                                      h.op_index >= 0 ? OpText(rank, h.op_index) : "an allocation");
       if (oom) text += fmt::format(", {} requested, {} free", Bytes(oom->requested_bytes), Bytes(oom->free_bytes));
       std::set<size_t> targets;

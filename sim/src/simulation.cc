@@ -560,7 +560,8 @@ nlohmann::ordered_json OomJson(const std::optional<OomInfo>& oom) {
           {"time_ns", oom->time_ns},
           {"requested_bytes", oom->requested_bytes},
           {"free_bytes", oom->free_bytes},
-          {"largest_free_block", oom->largest_free_block}};
+          {"largest_free_block", oom->largest_free_block},
+          {"injected", oom->injected}};
 }
 
 }  // namespace
@@ -720,8 +721,9 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
       }
       peak_allocated = std::max(peak_allocated, m.stats.allocated_bytes_peak);
       retries += m.stats.num_alloc_retries;
-      if (m.oom) ooms.push_back(fmt::format("rank {} at op {} ({:.2f} GiB requested)", rank, m.oom->op_id,
-                                            static_cast<double>(m.oom->requested_bytes) / (1 << 30)));
+      if (m.oom) ooms.push_back(fmt::format("rank {} at op {} ({:.2f} GiB requested){}", rank, m.oom->op_id,
+                                            static_cast<double>(m.oom->requested_bytes) / (1 << 30),
+                                            m.oom->injected ? ", injected by the fault sweep" : ""));
     }
     constexpr double kGiB = 1 << 30;
     out += fmt::format("  peak memory          {:>12.2f} GiB reserved (rank {}), {:.2f} GiB allocated, "

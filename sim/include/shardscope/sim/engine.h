@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -80,6 +81,14 @@ struct MemoryConfig {
                                         // reserved peak (for the observer's ranks)
 };
 
+// A fault injected into one run (`shardscope check`): the allocation op `op_id` of `rank`
+// fails as an out-of-memory, whatever the allocator would have said. The rank stops there as
+// on a real OOM (OomInfo::injected is set); its peers wait at their next collective with it.
+struct InjectedOom {
+  int32_t rank = 0;
+  int64_t op_id = 0;   // an AllocateOp's Op::id in that rank's program
+};
+
 struct EngineConfig {
   int64_t launch_overhead_ns = 0;   // host time per kernel / collective / memcpy launch
   // Work items (launches, event records and waits) a stream holds before the next launch
@@ -89,6 +98,12 @@ struct EngineConfig {
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;
   MemoryConfig memory;
+  // Faults (both cost nothing when unset):
+  std::optional<InjectedOom> inject_oom;
+  // rank -> factor >= 1: that rank's kernels and memcpys take factor x their cost (a
+  // straggler: thermal throttling, a slow host, a noisy neighbour). Collectives run at their
+  // own speed; peers only wait for the straggler to arrive.
+  std::map<int32_t, double> rank_slowdown;
   // Called now and then with the fraction of host ops retired so far (for progress bars).
   std::function<void(double)> progress;
 };
@@ -143,6 +158,7 @@ struct OomInfo {
   int64_t requested_bytes = 0;
   int64_t free_bytes = 0;            // device memory not held by the allocator
   int64_t largest_free_block = 0;    // the largest cached block
+  bool injected = false;             // EngineConfig::inject_oom, not the allocator
 };
 
 struct RankMemory {

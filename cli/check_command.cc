@@ -1,0 +1,163 @@
+// `shardscope check PLAN`: the plan once as it is (it must complete), then a sweep of injected
+// faults (an OOM at each module boundary of one rank per program, a straggler), in parallel
+// threads, printed as a table. Exit 0 when no fault hangs, 1 when some does (for CI), 2 on bad
+// input.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "inputs.h"
+#include "shardscope/sim/fault_sweep.h"
+#include "shardscope/sim/hang.h"
+#include "shardscope/sim/simulation.h"
+
+namespace shardscope::cli {
+
+StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::string>& specs, int32_t world) {
+  std::map<int32_t, double> stragglers;
+  for (const std::string& spec : specs) {
+    const size_t colon = spec.find(':');
+    const auto bad = [&] {
+      return Status::InvalidInput(
+          fmt::format("--straggler: expected RANK:FACTOR with 0 <= RANK < {} and FACTOR >= 1 (like 3:1.5), got '{}'",
+                      world, spec));
+    };
+    if (colon == std::string::npos) return bad();
+    int64_t rank = -1;
+    double factor = 0;
+    try {
+      size_t used = 0;
+      rank = std::stoll(spec.substr(0, colon), &used);
+      if (used != colon) return bad();
+      const std::string factor_text = spec.substr(colon + 1);
+      factor = std::stod(factor_text, &used);
+      if (used != factor_text.size()) return bad();
+    } catch (const std::exception&) {
+      return bad();
+    }
+    if (rank < 0 || rank >= world || !(factor >= 1.0) || !std::isfinite(factor)) return bad();
+    stragglers[static_cast<int32_t>(rank)] = factor;
+  }
+  return stragglers;
+}
+
+std::string StragglerSummary(const std::map<int32_t, double>& stragglers, int64_t with_ns, int64_t without_ns) {
+  std::string ranks;
+  for (const auto& [rank, factor] : stragglers) {
+    ranks += fmt::format("{}rank {} (kernels and copies x{:g})", ranks.empty() ? "" : ", ", rank, factor);
+  }
+  const double delta_ms = static_cast<double>(with_ns - without_ns) * 1e-6;
+  const double percent = without_ns > 0 ? 100.0 * static_cast<double>(with_ns - without_ns) / static_cast<double>(without_ns) : 0;
+  return fmt::format("  STRAGGLER: {}: step {:.3f} ms with, {:.3f} ms without: costs {:+.3f} ms ({:+.1f}%)\n", ranks,
+                     static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms, percent);
+}
+
+namespace {
+
+struct CheckOptions {
+  std::string input;
+  int threads = 0;
+  std::string ranks;
+  std::vector<std::string> stragglers;
+  double watchdog_minutes = 10;
+};
+
+// On a terminal: one bar redrawn in place. Elsewhere (logs, CI): nothing (the table follows).
+sim::FaultProgress MakeProgress() {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [](size_t done, size_t total, const sim::FaultCaseResult& r) {
+    constexpr size_t kBarWidth = 24;
+    const size_t filled = total > 0 ? std::min(kBarWidth, done * kBarWidth / total) : 0;
+    std::cerr << fmt::format("\r\033[K[{:#<{}}{:<{}}] {}/{}  {}: {}", "", filled, "", kBarWidth - filled, done, total,
+                             r.fault.Label(), sim::FaultOutcomeName(r.outcome))
+              << std::flush;
+  };
+}
+
+Status RunCheck(const CheckOptions& options) {
+  if (!(options.watchdog_minutes > 0) || options.watchdog_minutes > 1e6) {
+    return Status::InvalidInput(
+        fmt::format("--watchdog-minutes: expected a positive number of minutes, got {}", options.watchdog_minutes));
+  }
+  if (options.threads < 0) return Status::InvalidInput(fmt::format("--threads: expected >= 0, got {}", options.threads));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  const traces::Schedule& schedule = loaded.schedule;
+  sim::FaultSweepOptions sweep;
+  if (!options.ranks.empty()) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(sweep.oom_ranks, ParseRankList(options.ranks, schedule.world_size(), "--ranks"));
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(sweep.stragglers, ParseStragglers(options.stragglers, schedule.world_size()));
+  sweep.hang.watchdog_timeout_ns = static_cast<int64_t>(std::llround(options.watchdog_minutes * 60e9));
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<sim::FaultCase> cases, sim::BuildFaultCases(schedule, sweep));
+
+  sim::ClusterCostProvider costs(schedule, loaded.setup.cluster);
+  sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule.world_size());
+  config.memory.record_history = false;  // no trace: snapshots would only cost time
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline, sim::Simulate(schedule, costs, config, nullptr));
+  std::cout << fmt::format("{}: {} ranks, {} program(s)\n", options.input, schedule.world_size(),
+                           schedule.programs.size());
+  if (baseline.hung) {
+    const sim::HangReport report = sim::AnalyzeHang(schedule, baseline, sweep.hang);
+    std::cout << "  the plan does not complete without faults:\n";
+    for (const std::string& line : report.explanation) std::cout << "  WHY: " << line << "\n";
+    return Status::Internal("the baseline run does not complete; fix the plan before sweeping faults");
+  }
+  std::cout << fmt::format("  baseline: step {:.3f} ms\n", static_cast<double>(baseline.step_ns) * 1e-6);
+  std::cout << fmt::format("  sweeping {} fault(s): an OOM at each module boundary of rank(s) {}, stragglers\n\n",
+                           cases.size(), [&] {
+                             std::vector<int32_t> ranks;
+                             for (const sim::FaultCase& c : cases) {
+                               if (c.kind == sim::FaultKind::kOom) ranks.push_back(c.rank);
+                             }
+                             return ranks.empty() ? std::string("none") : sim::CompressRanks(ranks);
+                           }());
+  const sim::FaultProgress progress = MakeProgress();
+  SHARDSCOPE_ASSIGN_OR_RETURN(
+      std::vector<sim::FaultCaseResult> results,
+      sim::RunFaultSweep(schedule, costs, config, cases, baseline.step_ns, options.threads, progress, sweep.hang));
+  if (progress) std::cerr << "\r\033[K" << std::flush;
+  std::cout << sim::FaultTableText(results);
+  const auto hangs = std::count_if(results.begin(), results.end(), [](const sim::FaultCaseResult& r) { return !r.Safe(); });
+  std::cout << "\n";
+  if (hangs == 0) {
+    std::cout << fmt::format("all {} fault(s) are safe: no hang\n", results.size());
+    return Status::Ok();
+  }
+  std::cout << fmt::format("{} of {} fault(s) hang: with the `raise` OOM policy the rank that runs out of memory "
+                           "leaves, and its peers wait at their next collective until the watchdog fires\n",
+                           hangs, results.size());
+  // main() maps every error but bad input to exit code 1, which is what a hang must return.
+  return Status::Internal(fmt::format("{} of {} injected fault(s) hang", hangs, results.size()));
+}
+
+}  // namespace
+
+CommandRunner AddCheckCommand(CLI::App& app) {
+  auto options = std::make_shared<CheckOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "check", "Run a plan, then inject faults (an OOM at each module boundary, a straggler) and report which hang");
+  cmd->add_option("input", options->input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--threads", options->threads, "Cases simulated in parallel (0: one per hardware thread)")
+      ->capture_default_str();
+  cmd->add_option("--ranks", options->ranks,
+                  "Ranks that get the injected OOMs, like '0,5' or '0-3' (default: the first rank of each program)");
+  cmd->add_option("--straggler", options->stragglers,
+                  "RANK:FACTOR: a straggler case (that rank's kernels and copies FACTOR x slower); repeatable "
+                  "(default: the first rank at 2x)");
+  cmd->add_option("--watchdog-minutes", options->watchdog_minutes, "NCCL watchdog timeout for the reported times")
+      ->capture_default_str();
+  return [cmd, options]() -> std::optional<Status> {
+    if (!*cmd) return std::nullopt;
+    return RunCheck(*options);
+  };
+}
+
+}  // namespace shardscope::cli
