@@ -90,6 +90,12 @@ struct RankState {
   bool want_trace = false;
   double slowdown = 1.0;                   // EngineConfig::rank_slowdown (1: full speed)
   int64_t inject_oom_op_id = -1;           // EngineConfig::inject_oom on this rank (-1: none)
+  // catch_and_sync (EngineConfig::oom_catch_and_sync):
+  bool oom_caught = false;                 // ran out of memory, skipped ahead to an oom_sync
+  int32_t oom_pc = -1;                     // the op that ran out of memory
+  int32_t oom_resume_pc = -1;              // the oom_sync collective it skipped ahead to
+  bool halted = false;                     // issues nothing more (waiting for, or past, the
+                                           // OOM agreement)
   // The caching allocator (memory simulation only).
   std::unique_ptr<DeviceMemory> device_memory;
   std::unique_ptr<StreamEvents> alloc_events;
@@ -240,6 +246,8 @@ class Engine {
 
   void RunHost(RankState& r);
   void InjectOom(RankState& r, const traces::AllocateOp& op, int64_t op_id, int64_t t);
+  bool CatchOom(RankState& r, int64_t t);
+  void AgreeOnOom(const std::vector<Participant>& members, const CollectiveRun& run);
   int64_t Slowed(const RankState& r, int64_t ns) const {
     return r.slowdown == 1.0 ? ns : static_cast<int64_t>(std::llround(static_cast<double>(ns) * r.slowdown));
   }
@@ -308,6 +316,7 @@ class Engine {
   std::map<CostKey, CollectiveCost> cost_cache_;
   int64_t ops_executed_ = 0;
   int64_t events_processed_ = 0;
+  std::optional<OomAgreement> oom_agreed_;
 };
 
 StatusOr<SimulationResult> Engine::Run() {
@@ -438,6 +447,7 @@ StatusOr<SimulationResult> Engine::Run() {
   SimulationResult result;
   result.ops_executed = ops_executed_;
   result.events_processed = events_processed_;
+  result.oom_agreed = oom_agreed_;
   result.ranks.reserve(ranks_.size());
   for (RankState& r : ranks_) {
     bool streams_idle = std::all_of(r.streams.begin(), r.streams.end(),
@@ -451,7 +461,7 @@ StatusOr<SimulationResult> Engine::Run() {
         r.stats.memory.history = r.allocator->history();
       }
     }
-    if (!r.stats.finished) {
+    if (!r.stats.finished && !r.stats.oom_handled) {
       result.hung = true;
       result.blocked.push_back(DescribeBlocked(r));
     }
@@ -505,6 +515,10 @@ bool Engine::PopNext(EventPayload& payload) {
 
 void Engine::RunHost(RankState& r) {
   HostState& host = r.host;
+  if (r.halted) {  // a resume queued before the rank stopped at an OOM agreement
+    host.wait = HostWait::kStopped;
+    return;
+  }
   host.clock = std::max(host.clock, now_);
   const std::vector<Op>& ops = r.program->ops;
   while (static_cast<size_t>(host.pc) < ops.size()) {
@@ -548,6 +562,19 @@ void Engine::RunHost(RankState& r) {
             EmitHost(r, pc, HostSpanKind::kLaunch, start, end, item.correlation());
             host.clock = end;
             Enqueue(r, payload.stream, item);
+            if constexpr (std::is_same_v<T, traces::CollectiveOp>) {
+              if (r.oom_caught && payload.oom_sync) {
+                // catch_and_sync: the rank that ran out of memory has issued its OOM flag and
+                // waits for the others' verdict (Composer _train_batch: all_reduce MAX,
+                // .item()); it issues nothing more.
+                r.halted = true;
+                host.wait = HostWait::kStopped;
+                host.pc = r.oom_pc;  // the hang report names the op that ran out of memory
+                r.stats.end_ns = std::max(r.stats.end_ns, end);
+                yielded = true;
+                return;
+              }
+            }
           } else if constexpr (std::is_same_v<T, traces::EventRecordOp>) {
             const auto record = static_cast<int32_t>(r.record_done.size());
             r.record_done.push_back(-1);
@@ -795,8 +822,59 @@ void Engine::InjectOom(RankState& r, const traces::AllocateOp& op, int64_t op_id
   }
   r.stats.memory.oom = oom;
   if (r.want_trace) observer_->OnMemoryEvent(r.rank, t, "oom", op.bytes);
+  if (CatchOom(r, t)) return;
   r.host.wait = HostWait::kStopped;
   r.stats.end_ns = std::max(r.stats.end_ns, t);
+}
+
+// catch_and_sync: the out-of-memory error at the host's op is caught (Composer
+// Trainer._train_batch `except RuntimeError` with _is_cuda_oom) and the rank goes on at its
+// next OOM-flag agreement point, skipping the ops in between (the exception unwinds past
+// them). Returns false when the policy is raise or no agreement point follows: the rank stops.
+bool Engine::CatchOom(RankState& r, int64_t t) {
+  if (!config_.oom_catch_and_sync) return false;
+  const std::vector<Op>& ops = r.program->ops;
+  for (size_t i = static_cast<size_t>(r.host.pc) + 1; i < ops.size(); ++i) {
+    const auto* coll = std::get_if<CollectiveOp>(&ops[i].payload);
+    if (coll == nullptr || !coll->oom_sync) continue;
+    r.oom_caught = true;
+    r.oom_pc = r.host.pc;
+    r.oom_resume_pc = static_cast<int32_t>(i);
+    r.host.pc = static_cast<int32_t>(i);
+    r.host.clock = t;
+    r.host.wait = HostWait::kResumeScheduled;
+    Push(t, HostResume{r.rank});
+    return true;
+  }
+  return false;
+}
+
+// catch_and_sync: an oom_sync collective completed with a member that had run out of memory:
+// the flag's MAX is 1 on every member, each raises and the trainer retries the batch with a
+// smaller micro-batch (Composer _create_sync_hook raises RuntimeError; _train_batch then
+// calls _adjust_device_train_microbatch_size). Every member stops here cleanly.
+void Engine::AgreeOnOom(const std::vector<Participant>& members, const CollectiveRun& run) {
+  OomAgreement agreement;
+  agreement.communicator = run.communicator;
+  agreement.seq = run.seq + 1;
+  agreement.time_ns = now_;
+  for (const Participant& p : members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    agreement.ranks.push_back(p.rank);
+    if (r.oom_caught && p.op_index == r.oom_resume_pc) {
+      agreement.oom_ranks.push_back(p.rank);
+      if (agreement.op_id < 0) agreement.op_id = OpOf(r, p.op_index).id;
+    }
+    if (!r.halted) {
+      r.halted = true;
+      if (r.host.wait != HostWait::kDone) r.host.wait = HostWait::kStopped;
+    }
+    r.stats.oom_handled = true;
+    r.stats.end_ns = std::max(r.stats.end_ns, now_);
+  }
+  std::sort(agreement.ranks.begin(), agreement.ranks.end());
+  std::sort(agreement.oom_ranks.begin(), agreement.oom_ranks.end());
+  if (!oom_agreed_) oom_agreed_ = std::move(agreement);
 }
 
 // Returns false when the host must stop here (blocked on the device, or out of memory).
@@ -808,6 +886,7 @@ bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, in
     AfterAllocatorCall(r, t);
     r.stats.memory.oom = OomInfo{op_id, t, out.requested_bytes, out.device_free_bytes, out.largest_free_block};
     if (r.want_trace) observer_->OnMemoryEvent(r.rank, t, "oom", op.bytes);
+    if (CatchOom(r, t)) return false;
     host.wait = HostWait::kStopped;
     r.stats.end_ns = std::max(r.stats.end_ns, t);
     return false;
@@ -1139,6 +1218,18 @@ void Engine::FinishActivity(int32_t id) {
     r.stats.end_ns = std::max(r.stats.end_ns, now_);
     EmitDevice(r, p, start, now_, kind == ActivityKind::kComm ? &run : nullptr);
   }
+  if (kind == ActivityKind::kComm && config_.oom_catch_and_sync) {
+    const RankState& first = ranks_[static_cast<size_t>(members.front().rank)];
+    const bool sync_point = std::get<CollectiveOp>(OpOf(first, members.front().op_index).payload).oom_sync;
+    // A member's flag is 1 only in the collective it skipped to after its OOM (the host
+    // fills the flag before the launch; the host may run ahead of earlier agreements).
+    if (sync_point && std::any_of(members.begin(), members.end(), [&](const Participant& p) {
+          const RankState& r = ranks_[static_cast<size_t>(p.rank)];
+          return r.oom_caught && p.op_index == r.oom_resume_pc;
+        })) {
+      AgreeOnOom(members, run);  // before the streams advance: no host resumes past it
+    }
+  }
   for (const Participant& p : members) {
     RankState& r = ranks_[static_cast<size_t>(p.rank)];
     if (kind == ActivityKind::kComm) {
@@ -1288,7 +1379,9 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
       blocked.host = "blocked in " + DescribeOp(r, pc);
       break;
     case HostWait::kStopped:
-      blocked.host = "stopped: out of memory in " + DescribeOp(r, pc);
+      blocked.host = (r.oom_caught ? "caught out of memory in " : "stopped: out of memory in ") +
+                     DescribeOp(r, pc) +
+                     (r.oom_caught ? ", waiting in its OOM-flag all_reduce" : "");
       break;
     default: blocked.host = fmt::format("at op index {}", pc); break;
   }
@@ -1354,8 +1447,13 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
   }
   std::vector<int64_t> coll_count(r.lanes.size(), 0), p2p_count(r.lanes.size(), 0), lane_count(r.lanes.size(), 0);
   std::unordered_map<int32_t, PendingCollective> pending_at;  // op index -> pending collective
-  const int32_t issued_end = at_op ? pc : static_cast<int32_t>(r.program->ops.size());
+  // A rank that caught an OOM skipped the ops after it up to its oom_sync collective, which
+  // it issued before it halted (its pc points back at the failing op then).
+  const int32_t issued_end = r.oom_caught && r.halted ? r.oom_resume_pc + 1
+                             : at_op                 ? pc
+                                                     : static_cast<int32_t>(r.program->ops.size());
   for (int32_t index = 0; index < issued_end; ++index) {
+    if (r.oom_caught && index > r.oom_pc && index < r.oom_resume_pc) continue;  // skipped
     const auto* coll = std::get_if<CollectiveOp>(&OpOf(r, index).payload);
     if (coll == nullptr) continue;
     const auto lane = static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll->comm)]);

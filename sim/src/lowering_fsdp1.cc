@@ -101,6 +101,9 @@ class Fsdp1Lowering {
   void PostBackward(size_t unit, bool sync);
   void ReduceGradient(FlatParam& p);
   void Optimizer();
+  // oom.policy catch_and_sync (Composer automicrobatching): one OOM-flag agreement.
+  void OomFlagSync(traces::StreamIndex stream, std::string_view where, bool read_finished_flag);
+  bool SyncHooks() const { return ctx_.plan.oom.policy == OomPolicy::kCatchAndSync && ctx_.plan.oom.sync_hooks; }
 
   const LoweringContext& ctx_;
   const Fsdp1Config& cfg_;
@@ -255,6 +258,12 @@ void Fsdp1Lowering::Unshard(FlatParam& p) {
   }
   limit_all_gathers();
   b_.Allocate("unsharded." + p.name, p.padded_numel() * pbytes, unshard_);
+  // Composer's unshard_with_sync (composer/trainer/_patch_pytorch.py, patched into
+  // FlatParamHandle.unshard by patch_unshard_for_automicrobatching): the sync hook runs right
+  // after _alloc_padded_unsharded_flat_param, before the all-gather ("prevents deadlocks when
+  // some ranks OOM after the alloc call"). _unshard runs handle.unshard() under
+  // stream(unshard_stream): the hook's all_reduce and .item() are on the unshard stream.
+  if (SyncHooks()) OomFlagSync(unshard_, "unshard", false);
   b_.Collective(unshard_, "FSDP::all_gather", CollectiveType::kAllGather, p.shard_comm, p.padded_numel() * pbytes,
                 param_dtype_);
   if (MixedPrecision()) {
@@ -428,6 +437,13 @@ StatusOr<traces::Program> Fsdp1Lowering::Lower() {
     Backward(sync);
   }
   Optimizer();
+  // Composer Trainer._train_batch with automicrobatching: after the optimizer step every rank
+  // runs the `while not all_ranks_finished` agreement (all_reduce MAX of found_cuda_oom,
+  // .item(), all_reduce MIN of all_ranks_finished, .item()); a rank that caught an OOM jumps
+  // here from wherever it failed.
+  if (ctx_.plan.oom.policy == OomPolicy::kCatchAndSync) {
+    OomFlagSync(compute_, "end_of_batch", true);
+  }
 
   // checkpoint.consolidate_optimizer_state: one unit per FSDP instance (and expert instance).
   // NO_SHARD keeps full optimizer state on every rank: nothing to gather (not modelled).
@@ -476,6 +492,10 @@ void Fsdp1Lowering::Forward() {
       // False): the next instance's all-gather is issued without waiting. Not confirmed in the
       // stored (main-branch) source; per the review of the optimize_backward_concat version.
       pre_forward_done[unit] = true;
+      // Composer _readd_fsdp_sync_hooks (composer/trainer/trainer.py):
+      // register_forward_pre_hook(sync_hook, prepend=True) on every FSDP module: the flag
+      // agreement runs before FSDP's own pre-forward (and its unshard).
+      if (SyncHooks()) OomFlagSync(compute_, "pre_forward", false);
       b_.HostWork("FSDP::pre_forward", hook_ns);
       UnshardUnit(unit);
       WaitForUnshard();
@@ -499,6 +519,10 @@ void Fsdp1Lowering::Forward() {
       }
     }
   }
+  // Composer Trainer._train_microbatch with automicrobatching: after the model's forward and
+  // before the loss, "Check if other ranks OOMed after forward pass" (all_reduce MAX of the
+  // flag, .item(), all_reduce MIN), hooks or not.
+  if (ctx_.plan.oom.policy == OomPolicy::kCatchAndSync) OomFlagSync(compute_, "after_forward", false);
   // The loss runs after the root's forward has returned (KernelPart).
   EmitLossForward(ctx_, b_, compute_);
 }
@@ -531,6 +555,9 @@ void Fsdp1Lowering::Backward(bool sync) {
       // only switches to its full parameters (_use_full_params): no all-gather, no stream
       // wait; the others rebuild and prefetch (BackwardPrefetchTarget).
       pre_backward_done[unit] = true;
+      // Composer _readd_fsdp_sync_hooks: register_full_backward_pre_hook(sync_hook,
+      // prepend=True) on every FSDP module: before FSDP's pre-backward unshard / prefetch.
+      if (SyncHooks()) OomFlagSync(compute_, "pre_backward", false);
       b_.HostWork("FSDP::pre_backward", hook_ns);
       UnshardUnit(unit);
       if (Torch() || !units_[unit].is_root) WaitForUnshard();
@@ -656,6 +683,11 @@ void Fsdp1Lowering::PostBackward(size_t unit, bool sync) {
       p.grad_live = true;
     }
   }
+  // Composer _readd_fsdp_sync_hooks: register_full_backward_hook(sync_hook) on the modules of
+  // state.fsdp_modules that are not FSDP instances: it fires when a wrapped module's gradients
+  // are computed, before FSDP's post-backward (its reshard, a BACKWARD_POST prefetch and the
+  // reduce-scatter). Estimate: one such module per FSDP unit.
+  if (SyncHooks()) OomFlagSync(compute_, "post_backward", false);
   b_.HostWork("FSDP::post_backward", ctx_.plan.host.hook_overhead_ns);
   // _post_backward_reshard: free the unsharded parameters when _should_free_in_backward
   // (sharded, and gradients are synced or the strategy reshards after forward: under no_sync
@@ -901,6 +933,26 @@ void Fsdp1Lowering::Optimizer() {
 }
 
 }  // namespace
+
+// One OOM-flag agreement as Composer's sync_hook (composer/trainer/trainer.py
+// _create_sync_hook) runs it: the flag tensor([0], dtype=torch.uint8) all-reduced with MAX on
+// the default (world) process group, read on the host with .item() (a D2H copy and a stream
+// synchronize), then tensor([0]) all-reduced with MIN ("Signal current rank is still in
+// batch"). `read_finished_flag`: the trainer's end-of-batch loop also reads the MIN result.
+// Both all-reduces are agreement points (CollectiveOp::oom_sync). The dtype is 1-byte uint8;
+// int8 is the schedule's 1-byte integer type.
+void Fsdp1Lowering::OomFlagSync(traces::StreamIndex stream, std::string_view where, bool read_finished_flag) {
+  constexpr int64_t kFlagBytes = 1;
+  b_.HostWork(fmt::format("composer::sync_hook ({})", where), ctx_.plan.host.hook_overhead_ns);
+  b_.OomSyncAllReduce(stream, "composer::all_reduce found_cuda_oom (MAX)", world_, kFlagBytes, DType::kInt8);
+  b_.Memcpy(stream, "composer::found_cuda_oom.item()", traces::MemcpyKind::kDeviceToHost, kFlagBytes);
+  b_.StreamSync("composer::found_cuda_oom.item()", stream);
+  b_.OomSyncAllReduce(stream, "composer::all_reduce all_ranks_finished (MIN)", world_, kFlagBytes, DType::kInt8);
+  if (read_finished_flag) {
+    b_.Memcpy(stream, "composer::all_ranks_finished.item()", traces::MemcpyKind::kDeviceToHost, kFlagBytes);
+    b_.StreamSync("composer::all_ranks_finished.item()", stream);
+  }
+}
 
 StatusOr<LoweredPrograms> LowerFsdp1(const LoweringContext& ctx) {
   LoweredPrograms out;

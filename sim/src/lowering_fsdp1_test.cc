@@ -706,5 +706,97 @@ TEST(Fsdp1Matrix, EveryStrategyValidatesAndCompletes) {
   }
 }
 
+
+// ---- oom.policy catch_and_sync: Composer's OOM-flag agreements
+
+struct OomSyncCounts {
+  int64_t oom_sync = 0;        // oom_sync all-reduces (1 byte each)
+  int64_t oom_sync_bytes = 0;
+  int64_t reads = 0;           // D2H copies of a flag (.item())
+  std::map<std::string, int64_t> hooks;  // "composer::sync_hook (<place>)" host work per place
+  bool unshard_hook_before_every_all_gather = true;
+};
+
+OomSyncCounts CountOomSync(const Schedule& schedule) {
+  OomSyncCounts counts;
+  const traces::Program& program = schedule.ProgramOf(0);
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const traces::Op& op = program.ops[i];
+    if (const auto* c = std::get_if<traces::CollectiveOp>(&op.payload)) {
+      if (c->oom_sync) {
+        ++counts.oom_sync;
+        counts.oom_sync_bytes += c->bytes;
+        EXPECT_EQ(c->type, CollectiveType::kAllReduce);
+        EXPECT_EQ(program.comm_slots[static_cast<size_t>(c->comm)], "dp");
+      }
+      if (c->type == CollectiveType::kAllGather) {
+        // The op before the all-gather: the hook's MIN all-reduce on the same stream.
+        const auto* before = i > 0 ? std::get_if<traces::CollectiveOp>(&program.ops[i - 1].payload) : nullptr;
+        if (before == nullptr || !before->oom_sync || before->stream != c->stream) {
+          counts.unshard_hook_before_every_all_gather = false;
+        }
+      }
+    } else if (const auto* copy = std::get_if<traces::MemcpyOp>(&op.payload)) {
+      if (copy->kind == traces::MemcpyKind::kDeviceToHost && copy->bytes == 1) ++counts.reads;
+    } else if (std::holds_alternative<traces::HostWorkOp>(op.payload) && op.name != traces::kNoName) {
+      const std::string name(program.NameOf(op.name));
+      if (name.rfind("composer::sync_hook (", 0) == 0) ++counts.hooks[name.substr(21, name.size() - 22)];
+    }
+  }
+  return counts;
+}
+
+TEST(Fsdp1OomPolicy, SyncHooksAtTheFourPlacesPerStep) {
+  // Two blocks: 3 FSDP units (root + 2 blocks). FULL_SHARD all-gathers 3 units in forward and
+  // 2 in backward (the root keeps its parameters): 5 unshards. Per micro-batch the hooks run
+  // before each unit's forward (3) and backward (3), after each unit's backward (3) and after
+  // each unshard's allocation (5); the trainer adds its after-forward check per micro-batch
+  // and its end-of-batch agreement once. Each agreement is 2 one-byte all-reduces (MAX, MIN);
+  // each reads the MAX flag once, the end-of-batch loop also the MIN flag.
+  for (int32_t accum : {1, 2}) {
+    Plan plan = ToyPlan();
+    plan.training.grad_accum_steps = accum;
+    plan.oom.policy = OomPolicy::kCatchAndSync;
+    plan.oom.sync_hooks = true;
+    const Schedule schedule = MustLower(plan);
+    const OomSyncCounts counts = CountOomSync(schedule);
+    const int64_t per_micro_batch = 3 + 3 + 3 + 5 + 1;
+    const int64_t agreements = accum * per_micro_batch + 1;
+    EXPECT_EQ(counts.oom_sync, 2 * agreements) << "accum " << accum;
+    EXPECT_EQ(counts.oom_sync_bytes, 2 * agreements);
+    EXPECT_EQ(counts.reads, agreements + 1);
+    EXPECT_EQ(counts.hooks.at("pre_forward"), 3 * accum);
+    EXPECT_EQ(counts.hooks.at("pre_backward"), 3 * accum);
+    EXPECT_EQ(counts.hooks.at("post_backward"), 3 * accum);
+    EXPECT_EQ(counts.hooks.at("unshard"), 5 * accum);
+    EXPECT_EQ(counts.hooks.at("after_forward"), accum);
+    EXPECT_EQ(counts.hooks.at("end_of_batch"), 1);
+    EXPECT_TRUE(counts.unshard_hook_before_every_all_gather);
+    // The FSDP traffic is unchanged; the all-reduce bytes grow by the flags only.
+    const auto bytes = CollectiveBytes(schedule);
+    const UnitNumels u = Units(plan);
+    EXPECT_EQ(Get(bytes, CollectiveType::kAllGather),
+              accum * kBf16 * (SumPadded(u, 8, true) + SumPadded(u, 8, false)));
+    EXPECT_EQ(Get(bytes, CollectiveType::kAllReduce), kClipNormBytes + 2 * agreements);
+    MustSimulate(schedule);
+  }
+}
+
+TEST(Fsdp1OomPolicy, CatchWithoutHooksHasOnlyTheTrainersAgreements) {
+  Plan plan = ToyPlan();
+  plan.oom.policy = OomPolicy::kCatchAndSync;
+  const Schedule schedule = MustLower(plan);
+  const OomSyncCounts counts = CountOomSync(schedule);
+  EXPECT_EQ(counts.oom_sync, 2 * 2);  // after forward, end of batch
+  EXPECT_EQ(counts.hooks.size(), 2u);
+  EXPECT_FALSE(counts.unshard_hook_before_every_all_gather);
+  MustSimulate(schedule);
+  // raise: nothing of it, and the schedule is the one of a plan without an oom section.
+  const Schedule raised = MustLower(ToyPlan());
+  EXPECT_EQ(CountOomSync(raised).oom_sync, 0);
+  EXPECT_EQ(raised.metadata.count("oom.policy"), 0u);
+  EXPECT_EQ(schedule.metadata.at("oom.policy"), "catch_and_sync");
+}
+
 }  // namespace
 }  // namespace shardscope::sim

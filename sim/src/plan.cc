@@ -147,9 +147,10 @@ constexpr double kNsPerUs = 1e3;
 using KeyList = std::span<const std::string_view>;
 
 // clang-format off
-constexpr std::array<std::string_view, 12> kTopKeys = {
+constexpr std::array<std::string_view, 13> kTopKeys = {
     "model", "cluster", "strategy", "training", "fsdp2", "fsdp1", "zero", "ddp", "moe",
-    "checkpoint", "host", "allocator"};
+    "checkpoint", "host", "allocator", "oom"};
+constexpr std::array<std::string_view, 2> kOomKeys = {"policy", "sync_hooks"};
 constexpr std::array<std::string_view, 4> kAllocatorKeys = {
     "conf", "memory_fraction", "memory_reserved_by_others_gb",
     "memory_reserved_by_others_gb_per_rank"};
@@ -199,6 +200,8 @@ struct EnumName {
   Enum value;
 };
 
+constexpr std::array<EnumName<OomPolicy>, 2> kOomPolicies = {{
+    {"raise", OomPolicy::kRaise}, {"catch_and_sync", OomPolicy::kCatchAndSync}}};
 constexpr std::array<EnumName<Strategy>, 6> kStrategies = {{{"fsdp2", Strategy::kFsdp2},
                                                             {"fsdp1", Strategy::kFsdp1},
                                                             {"zero1", Strategy::kZero1},
@@ -548,6 +551,7 @@ class PlanParser {
   Status ReadHost(const Entry& entry, HostConfig* out) const;
   Status ReadHostField(const Fields& fields, std::string_view key, int64_t* out_ns) const;
   Status ReadAllocator(const Entry& entry, int32_t world_size, MemoryPlan* out) const;
+  Status ReadOom(const Entry& entry, const Plan& plan, OomConfig* out) const;
 
   const std::string& source_;
 };
@@ -1728,6 +1732,8 @@ StatusOr<Plan> PlanParser::Parse(std::string_view text) {
   if (const Entry* e = top.Find("allocator")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadAllocator(*e, plan.cluster.world_size(), &plan.memory));
   }
+  // After fsdp1: the policy is Composer's, on torch FSDP1.
+  if (const Entry* e = top.Find("oom")) SHARDSCOPE_RETURN_IF_ERROR(ReadOom(*e, plan, &plan.oom));
 
   // The model's own limits on the workload (seq_len within learned position embeddings).
   Workload workload;
@@ -1753,6 +1759,39 @@ StatusOr<Plan> PlanParser::Parse(std::string_view text) {
                  fmt::format("about {:.3g}", tokens * per_token));
   }
   return plan;
+}
+
+Status PlanParser::ReadOom(const Entry& entry, const Plan& plan, OomConfig* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
+                              ReadMapping(entry.value, MarkOf(entry), "oom", kOomKeys));
+  if (const Entry* e = fields.Find("policy")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "oom.policy", kOomPolicies, &out->policy));
+    // catch_and_sync is Composer's automicrobatching (composer/trainer/trainer.py
+    // Trainer._train_batch), modelled on torch FSDP1: its sync hooks patch
+    // torch.distributed.fsdp._flat_param.FlatParamHandle.unshard
+    // (composer/trainer/_patch_pytorch.py patch_unshard_for_automicrobatching).
+    if (out->policy == OomPolicy::kCatchAndSync &&
+        (plan.strategy != Strategy::kFsdp1 ||
+         plan.fsdp1.implementation != Fsdp1Implementation::kTorch)) {
+      return KeyError(*e, "oom.policy",
+                      "catch_and_sync only with strategy fsdp1 and implementation torch "
+                      "(Composer's automicrobatching with its FSDP1 sync hooks; other "
+                      "strategies keep policy raise)",
+                      plan.strategy != Strategy::kFsdp1
+                          ? fmt::format("strategy {}", StrategyName(plan.strategy))
+                          : std::string("implementation fairscale"));
+    }
+  }
+  if (const Entry* e = fields.Find("sync_hooks")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "oom.sync_hooks", &out->sync_hooks));
+    if (out->sync_hooks && out->policy != OomPolicy::kCatchAndSync) {
+      return KeyError(*e, "oom.sync_hooks",
+                      "sync_hooks only with policy catch_and_sync (the hooks all-reduce the "
+                      "OOM flag that catch_and_sync raises)",
+                      "policy raise");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace

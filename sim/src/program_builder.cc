@@ -24,6 +24,18 @@ void ProgramBuilder::Collective(traces::StreamIndex stream, std::string_view nam
   Append(name, op);
 }
 
+void ProgramBuilder::OomSyncAllReduce(traces::StreamIndex stream, std::string_view name, traces::CommSlot comm,
+                                      int64_t bytes, traces::DType dtype) {
+  traces::CollectiveOp op;
+  op.type = traces::CollectiveType::kAllReduce;
+  op.comm = comm;
+  op.stream = stream;
+  op.bytes = bytes;
+  op.dtype = dtype;
+  op.oom_sync = true;
+  Append(name, op);
+}
+
 void ProgramBuilder::Append(std::string_view name, traces::OpPayload payload) {
   traces::Op op;
   op.id = static_cast<int64_t>(program_.ops.size());

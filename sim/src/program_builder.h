@@ -33,6 +33,9 @@ class ProgramBuilder {
   // `root`: the root's global rank for broadcast / reduce, the peer for send / recv.
   void Collective(traces::StreamIndex stream, std::string_view name, traces::CollectiveType type,
                   traces::CommSlot comm, int64_t bytes, traces::DType dtype, int32_t root = -1);
+  // An all_reduce that is an OOM-flag agreement point (CollectiveOp::oom_sync).
+  void OomSyncAllReduce(traces::StreamIndex stream, std::string_view name, traces::CommSlot comm, int64_t bytes,
+                        traces::DType dtype);
   void Memcpy(traces::StreamIndex stream, std::string_view name, traces::MemcpyKind kind, int64_t bytes) {
     Append(name, traces::MemcpyOp{kind, stream, bytes});
   }

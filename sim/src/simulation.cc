@@ -153,6 +153,11 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   for (const auto& [rank, bytes] : plan.memory.reserved_by_others_per_rank) {
     m[fmt::format("allocator.reserved_by_others_bytes.{}", rank)] = std::to_string(bytes);
   }
+  // Only when not the default: schedules of plans without an oom section stay as they were.
+  if (plan.oom.policy == OomPolicy::kCatchAndSync) {
+    m["oom.policy"] = "catch_and_sync";
+    m["oom.sync_hooks"] = plan.oom.sync_hooks ? "1" : "0";
+  }
 }
 
 StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std::string& label) {
@@ -261,6 +266,20 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     if (bytes < 0) return Status::InvalidInput(fmt::format("{}: /metadata/{}: must be >= 0", label, key));
     setup.memory.reserved_by_others_per_rank[rank] = bytes;
   }
+  if (md.Has("oom.policy")) {
+    const std::string policy = md.String("oom.policy", "raise");
+    if (policy == "catch_and_sync") {
+      setup.oom.policy = OomPolicy::kCatchAndSync;
+    } else if (policy != "raise") {
+      return Status::InvalidInput(fmt::format(
+          "{}: /metadata/oom.policy: expected \"raise\" or \"catch_and_sync\", got \"{}\"", label, policy));
+    }
+  }
+  if (md.Has("oom.sync_hooks")) {
+    int64_t hooks = 0;
+    SHARDSCOPE_RETURN_IF_ERROR(md.Int("oom.sync_hooks", hooks));
+    setup.oom.sync_hooks = hooks != 0;
+  }
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("model.flops_per_rank_step", setup.model_flops_per_rank_step));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("model.tokens_per_rank_step", setup.tokens_per_rank_step));
   return setup;
@@ -313,6 +332,7 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   config.max_queued_per_stream = setup.host.max_queued_launches_per_stream;
   config.compute_slowdown = setup.contention.compute_slowdown;
   config.comm_slowdown = setup.contention.comm_slowdown;
+  config.oom_catch_and_sync = setup.oom.policy == OomPolicy::kCatchAndSync;
   return config;
 }
 
@@ -541,7 +561,7 @@ Figures ComputeFigures(const Schedule& schedule, const SimulationSetup& setup, c
     f.stream_busy_fraction[name] = result.makespan_ns > 0 ? ns / n / static_cast<double>(result.makespan_ns) : 0;
   }
   // A step that did not complete (a rank ran out of memory, a hang) has no throughput.
-  if (f.step_s > 0 && !result.hung) {
+  if (f.step_s > 0 && !result.hung && !result.oom_agreed) {
     f.tokens_per_second_per_gpu = static_cast<double>(setup.tokens_per_rank_step) / f.step_s;
     f.tflops_per_gpu = setup.model_flops_per_rank_step / f.step_s * 1e-12;
     const double peak = PeakFlops(setup.cluster.gpu, traces::ParseDType(
@@ -578,7 +598,8 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                   {"gpu", setup.cluster.gpu.name},
                   {"nodes", setup.cluster.nodes},
                   {"gpus_per_node", setup.cluster.gpus_per_node}};
-  j["completed"] = !result.hung;  // false: the throughput figures below are 0
+  // false: the throughput figures below are 0 (a hang, or an OOM the ranks agreed on)
+  j["completed"] = !result.hung && !result.oom_agreed;
   j["step_time_ns"] = result.step_ns > 0 ? result.step_ns : result.makespan_ns;
   j["checkpoint_time_ns"] = result.step_ns > 0 ? result.makespan_ns - result.step_ns : 0;
   j["tokens_per_second_per_gpu"] = f.tokens_per_second_per_gpu;
@@ -608,6 +629,17 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                  {"num_ooms", ooms},
                  {"allocator_conf", setup.memory.alloc_conf}};
   j["hang"] = result.hung;
+  // oom.policy catch_and_sync: where the ranks agreed on an OOM (present only then).
+  if (result.oom_agreed) {
+    const OomAgreement& a = *result.oom_agreed;
+    j["oom_agreed"] = {{"outcome", "OOM caught and agreed: retry with a smaller micro-batch"},
+                       {"communicator", schedule.communicators[static_cast<size_t>(a.communicator)].name},
+                       {"seq", a.seq},
+                       {"op_id", a.op_id},
+                       {"time_ns", a.time_ns},
+                       {"oom_ranks", a.oom_ranks},
+                       {"ranks", a.ranks}};
+  }
   nlohmann::ordered_json blocked = nlohmann::ordered_json::array();
   for (const BlockedRank& b : result.blocked) {
     blocked.push_back({{"rank", b.rank}, {"host", b.host}, {"streams", b.streams}});
@@ -641,6 +673,8 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                      {"num_alloc_retries", r.memory.stats.num_alloc_retries},
                      {"num_ooms", r.memory.stats.num_ooms},
                      {"oom", OomJson(r.memory.oom)}});
+    // oom.policy catch_and_sync only (reports of other runs keep their layout).
+    if (r.oom_handled) ranks.back()["oom_handled"] = true;
   }
   j["ranks"] = ranks;
   return j.dump(2) + "\n";
@@ -690,6 +724,13 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
   if (result.hung) {
     out += fmt::format("  the step does not complete ({} rank(s) stuck: out of memory or a hang, below)\n",
                        result.blocked.size());
+  } else if (result.oom_agreed) {
+    const OomAgreement& a = *result.oom_agreed;
+    out += fmt::format("  OOM caught and agreed: retry with a smaller micro-batch (rank(s) {} ran out of memory; "
+                       "{} rank(s) stopped cleanly at all_reduce #{} on '{}' (op {}) at {:.3f} ms)\n",
+                       CompressRanks(a.oom_ranks), a.ranks.size(), a.seq,
+                       schedule.communicators[static_cast<size_t>(a.communicator)].name, a.op_id,
+                       static_cast<double>(a.time_ns) * 1e-6);
   } else {
     out += fmt::format("  step time            {:>12.3f} ms\n", f.step_s * 1e3);
     if (result.step_ns > 0 && result.makespan_ns > result.step_ns) {
@@ -697,7 +738,7 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
                          static_cast<double>(result.makespan_ns - result.step_ns) * 1e-6);
     }
   }
-  if (setup.tokens_per_rank_step > 0 && !result.hung) {
+  if (setup.tokens_per_rank_step > 0 && !result.hung && !result.oom_agreed) {
     out += fmt::format("  tokens/s per GPU     {:>12.1f}\n", f.tokens_per_second_per_gpu);
     out += fmt::format("  model TFLOP/s per GPU{:>12.1f}   MFU {:.1f}%\n", f.tflops_per_gpu, 100 * f.mfu);
   }

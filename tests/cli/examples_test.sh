@@ -21,13 +21,24 @@ while IFS= read -r plan; do
   fi
 done < <(find examples -name '*.yaml' | sort)
 # No false positive: every example simulates to the end, except those that say on their
-# first line that they run out of memory (their report must blame only out-of-memory ranks).
+# first line that they hang (the report must name a collective mismatch), that the ranks
+# agree on an OOM (oom.policy catch_and_sync: no hang, an "oom_agreed" section), or that they
+# run out of memory (their report must blame only out-of-memory ranks).
 while IFS= read -r plan; do
   rm -rf "$work/sim"
   if ! "$bin" simulate -q "$plan" -o "$work/sim" > "$work/sim.txt" 2>&1; then
     echo "$plan: does not simulate:"; cat "$work/sim.txt"; status=1; continue
   fi
-  if head -1 "$plan" | grep -q 'out of memory'; then
+  first=$(head -1 "$plan")
+  if grep -q 'so the step hangs' <<< "$first"; then
+    if ! grep -q '"hang": true' "$work/sim/report.json" || ! grep -q '"kind": "mismatch"' "$work/sim/report.json"; then
+      echo "$plan: expected a hang with a collective mismatch:"; cat "$work/sim.txt"; status=1
+    fi
+  elif grep -q 'agree on the OOM flag' <<< "$first"; then
+    if ! grep -q '"hang": false' "$work/sim/report.json" || ! grep -q '"oom_agreed"' "$work/sim/report.json"; then
+      echo "$plan: expected the ranks to agree on the OOM without a hang:"; cat "$work/sim.txt"; status=1
+    fi
+  elif grep -q 'out of memory' <<< "$first" && ! grep -q 'no rank runs out of memory' <<< "$first"; then
     if grep -q '"kind": "\(cycle\|mismatch\|never_issued\|other\)"' "$work/sim/report.json"; then
       echo "$plan: expected only out-of-memory causes:"; cat "$work/sim.txt"; status=1
     fi

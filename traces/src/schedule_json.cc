@@ -381,6 +381,7 @@ Status ScheduleReader::ParseCollective(const Json& op, const std::string& path,
                                 IntField(op, path, own_key, kInt32Min, kInt32Max));
     collective.peer = static_cast<int32_t>(peer);
   }
+  SHARDSCOPE_ASSIGN_OR_RETURN(collective.oom_sync, BoolFieldOr(op, path, "oom_sync", false));
   pending.op.payload = collective;
   return Status::Ok();
 }
@@ -411,7 +412,7 @@ StatusOr<PendingOp> ScheduleReader::ParseOp(const Json& json, const std::string&
       allow({"stream", "gemm", "attention", "memory", "fixed"});
       break;
     case 1:
-      allow({"type", "comm", "stream", "bytes", "dtype", "peer", "root"});
+      allow({"type", "comm", "stream", "bytes", "dtype", "peer", "root", "oom_sync"});
       break;
     case 2:
       allow({"kind", "stream", "bytes"});
@@ -1152,6 +1153,10 @@ class ScheduleWriter {
         IntField("root", collective->peer);
       } else if (p2p || collective->peer != -1) {
         IntField("peer", collective->peer);
+      }
+      if (collective->oom_sync) {  // absent when false: older schedules stay byte-identical
+        Key("oom_sync");
+        out_ += "true";
       }
     } else if (const auto* copy = std::get_if<MemcpyOp>(&op.payload)) {
       StringField("kind", MemcpyKindName(copy->kind));

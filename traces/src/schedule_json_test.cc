@@ -178,6 +178,48 @@ TEST(ScheduleJsonTest, RoundTripsEveryOpKindAndDescriptor) {
   EXPECT_EQ(ScheduleToJson(*parsed), json);  // deterministic
 }
 
+// An OOM-flag agreement point round-trips; without one no "oom_sync" key is written, so
+// schedules from before the field stay byte-identical.
+TEST(ScheduleJsonTest, RoundTripsOomSyncAndOmitsItWhenFalse) {
+  Schedule original = MakeEverything();
+  EXPECT_THAT(ScheduleToJson(original), ::testing::Not(HasSubstr("oom_sync")));
+  int32_t marked = 0;
+  for (Op& op : original.programs[0].ops) {
+    auto* collective = std::get_if<CollectiveOp>(&op.payload);
+    if (collective != nullptr && collective->type == CollectiveType::kAllReduce) {
+      collective->oom_sync = true;
+      ++marked;
+    }
+  }
+  ASSERT_EQ(marked, 1);
+  ASSERT_TRUE(ValidateSchedule(original).ok()) << ValidateSchedule(original).message();
+  const std::string json = ScheduleToJson(original);
+  const size_t at = json.find("\"oom_sync\": true");
+  ASSERT_NE(at, std::string::npos) << json;
+  EXPECT_EQ(json.find("\"oom_sync\"", at + 1), std::string::npos);  // only on that op
+  StatusOr<Schedule> parsed = Parse(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(*parsed == original);
+  EXPECT_EQ(ScheduleToJson(*parsed), json);
+
+  // "oom_sync": false reads as the default.
+  std::string with_false = json;
+  with_false.replace(at, std::string_view("\"oom_sync\": true").size(), "\"oom_sync\": false");
+  StatusOr<Schedule> explicit_false = Parse(with_false);
+  ASSERT_TRUE(explicit_false.ok()) << explicit_false.status().message();
+  EXPECT_TRUE(*explicit_false == MakeEverything());
+
+  // A send / recv cannot be an agreement point.
+  Schedule p2p = MakeEverything();
+  for (Op& op : p2p.programs[0].ops) {
+    auto* collective = std::get_if<CollectiveOp>(&op.payload);
+    if (collective != nullptr && collective->type == CollectiveType::kSend) collective->oom_sync = true;
+  }
+  const Status invalid = ValidateSchedule(p2p);
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_THAT(invalid.message(), HasSubstr("cannot be an oom_sync point"));
+}
+
 TEST(ScheduleJsonTest, RoundTripsThroughAFile) {
   const std::string path =
       ::testing::TempDir() + "/schedule_json_test_" + std::to_string(::getpid()) + ".json";

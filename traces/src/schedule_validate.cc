@@ -259,6 +259,13 @@ class Validator {
         }
         SHARDSCOPE_RETURN_IF_ERROR(check_stream(collective->stream));
         SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(collective->bytes, "bytes"));
+        // An OOM-flag agreement needs every member of the communicator: a send / recv pair
+        // cannot be one.
+        if (collective->oom_sync && IsPointToPoint(collective->type)) {
+          return fail(fmt::format("a {} cannot be an oom_sync point (agreement needs every "
+                                  "member of the communicator)",
+                                  CollectiveTypeName(collective->type)));
+        }
         auto& first_use = summary.first_use_of_slot[static_cast<size_t>(collective->comm)];
         if (!first_use) first_use = i;
         if (NeedsPeer(collective->type)) {

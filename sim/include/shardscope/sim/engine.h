@@ -98,6 +98,18 @@ struct EngineConfig {
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;
   MemoryConfig memory;
+  // The OOM policy (plan `oom.policy`). false = raise: an OOM stops the rank (an uncaught
+  // torch.OutOfMemoryError), its peers wait at their next collective with it. true =
+  // catch_and_sync, Composer's automicrobatching (composer/trainer/trainer.py
+  // Trainer._train_batch catches the OOM and all-reduces an OOM flag): the rank skips ahead
+  // to the next CollectiveOp::oom_sync in its program (the ops in between are not executed)
+  // and issues it; its peers reach that agreement point in their own program order. When it
+  // completes with a member that had run out of memory, every member stops there cleanly
+  // (RankStats::oom_handled, SimulationResult::oom_agreed): all ranks retry with a smaller
+  // micro-batch. A peer that issues another collective on that communicator first (a sync
+  // point missing) mismatches the rendezvous: a hang. With no oom_sync collective after the
+  // failing op the rank stops as under raise.
+  bool oom_catch_and_sync = false;
   // Faults (both cost nothing when unset):
   std::optional<InjectedOom> inject_oom;
   // rank -> factor >= 1: that rank's kernels and memcpys take factor x their cost (a
@@ -194,7 +206,21 @@ struct RankStats {
   std::vector<StreamStats> streams;   // per StreamIndex
   uint64_t timeline_hash = 0;         // equal for ranks whose timelines are identical
   bool finished = false;
+  // catch_and_sync: the rank stopped cleanly at an OOM-flag agreement that some member's
+  // out-of-memory error triggered (its own, in memory.oom, or a peer's): not a hang.
+  bool oom_handled = false;
   RankMemory memory;                  // when memory is simulated
+};
+
+// catch_and_sync: the OOM-flag collective at which the ranks agreed that some rank ran out
+// of memory (every member stopped when it completed).
+struct OomAgreement {
+  int32_t communicator = -1;          // index into Schedule::communicators
+  int64_t seq = 0;                    // 1-based per-communicator sequence number
+  int64_t op_id = -1;                 // the oom_sync collective's op id on the first OOM'd rank
+  int64_t time_ns = 0;                // when it completed
+  std::vector<int32_t> oom_ranks;     // members that had run out of memory
+  std::vector<int32_t> ranks;         // every member
 };
 
 // Why the host thread of an unfinished rank stopped.
@@ -303,6 +329,7 @@ struct SimulationResult {
   bool hung = false;
   std::vector<BlockedRank> blocked;   // non-empty when hung
   std::vector<PendingRendezvous> rendezvous;  // when hung: collectives partly arrived
+  std::optional<OomAgreement> oom_agreed;     // catch_and_sync: the first OOM agreement
   int64_t ops_executed = 0;           // host ops retired over all ranks
   int64_t events_processed = 0;
 };

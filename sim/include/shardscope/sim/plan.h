@@ -8,6 +8,7 @@
 //   fsdp2: {reshard_after_forward: true}  # one section per strategy, framework knob names
 //   ddp: {bucket_cap_mb: 25}              # (fsdp1:, zero:, ddp:), plus moe: and checkpoint:
 //   host: {launch_overhead_us: ..., hook_overhead_us: ...}
+//   oom: {policy: raise | catch_and_sync, sync_hooks: false}
 //
 // Unknown keys, wrong types and impossible values are errors naming the file, line, key and
 // what was expected.
@@ -186,6 +187,26 @@ struct MemoryPlan {
   std::map<int32_t, int64_t> reserved_by_others_per_rank;  // overrides for some ranks
 };
 
+// What a rank does when it runs out of device memory.
+//   oom: {policy: catch_and_sync, sync_hooks: true}
+enum class OomPolicy : uint8_t {
+  kRaise,         // torch.OutOfMemoryError is not caught: the rank leaves, its peers hang in
+                  // their next collective with it (the default)
+  kCatchAndSync,  // Composer's automicrobatching (composer/trainer/trainer.py
+                  // Trainer._train_batch): the OOM is caught and the rank all-reduces an OOM
+                  // flag so every rank agrees, then all retry with a smaller micro-batch
+};
+
+struct OomConfig {
+  OomPolicy policy = OomPolicy::kRaise;
+  // Composer's FSDP sync hooks (trainer.py _create_sync_hook / _readd_fsdp_sync_hooks and
+  // composer/trainer/_patch_pytorch.py unshard_with_sync): an all_reduce MAX of an OOM flag,
+  // then an all_reduce MIN of an "all ranks finished" flag, before every FSDP module's
+  // forward and backward, after a module's backward, and right after the unshard's
+  // allocation. FSDP1 with catch_and_sync only.
+  bool sync_hooks = false;
+};
+
 struct Plan {
   std::string source;               // file the plan came from (for messages)
   ModelSpec model;
@@ -201,6 +222,7 @@ struct Plan {
   CheckpointConfig checkpoint;
   HostConfig host;
   MemoryPlan memory;
+  OomConfig oom;
 };
 
 // Defaults with their sources (also used when a schedule JSON carries no host section).

@@ -27,6 +27,7 @@ struct SimulationSetup {
   ContentionConfig contention;
   HostConfig host;
   MemoryPlan memory;
+  OomConfig oom;                      // metadata "oom.policy", "oom.sync_hooks"
   double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
   int64_t tokens_per_rank_step = 0;
 };

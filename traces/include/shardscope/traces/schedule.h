@@ -109,6 +109,11 @@ struct CollectiveOp {
   int64_t bytes = 0;
   DType dtype = DType::kBFloat16;
   int32_t peer = -1;  // send / recv: the peer's global rank; broadcast / reduce: the root
+  // This collective is an OOM-flag agreement point (Composer's automicrobatching sync:
+  // composer/trainer/trainer.py _create_sync_hook): a rank that caught an out-of-memory error
+  // skips ahead to its next such collective, and every member stops once it completes. JSON
+  // "oom_sync": true (written only when set).
+  bool oom_sync = false;
   bool operator==(const CollectiveOp&) const = default;
 };
 
