@@ -110,6 +110,12 @@ Status RunCheck(const CheckOptions& options) {
     for (const std::string& line : report.explanation) std::cout << "  WHY: " << line << "\n";
     return Status::Internal("the baseline run does not complete; fix the plan before sweeping faults");
   }
+  if (baseline.oom_agreed) {
+    std::cout << fmt::format("  the plan runs out of memory without faults (rank(s) {}); the ranks agree at all_reduce #{} "
+                             "and retry with a smaller micro-batch\n",
+                             sim::CompressRanks(baseline.oom_agreed->oom_ranks), baseline.oom_agreed->seq);
+    return Status::Internal("the baseline run runs out of memory; fix the plan before sweeping faults");
+  }
   std::cout << fmt::format("  baseline: step {:.3f} ms\n", static_cast<double>(baseline.step_ns) * 1e-6);
   std::cout << fmt::format("  sweeping {} fault(s): an OOM at each module boundary of rank(s) {}, stragglers\n\n",
                            cases.size(), [&] {
@@ -131,9 +137,16 @@ Status RunCheck(const CheckOptions& options) {
     std::cout << fmt::format("all {} fault(s) are safe: no hang\n", results.size());
     return Status::Ok();
   }
-  std::cout << fmt::format("{} of {} fault(s) hang: with the `raise` OOM policy the rank that runs out of memory "
-                           "leaves, and its peers wait at their next collective until the watchdog fires\n",
-                           hangs, results.size());
+  if (config.oom_catch_and_sync) {
+    std::cout << fmt::format("{} of {} fault(s) hang: with catch_and_sync the rank that runs out of memory goes to its "
+                             "next OOM-flag agreement, and a peer that enters another collective first waits there "
+                             "until the watchdog fires (a place without a sync hook)\n",
+                             hangs, results.size());
+  } else {
+    std::cout << fmt::format("{} of {} fault(s) hang: with the `raise` OOM policy the rank that runs out of memory "
+                             "leaves, and its peers wait at their next collective until the watchdog fires\n",
+                             hangs, results.size());
+  }
   // main() maps every error but bad input to exit code 1, which is what a hang must return.
   return Status::Internal(fmt::format("{} of {} injected fault(s) hang", hangs, results.size()));
 }

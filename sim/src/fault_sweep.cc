@@ -44,6 +44,7 @@ std::string_view FaultOutcomeName(FaultOutcome outcome) {
   switch (outcome) {
     case FaultOutcome::kOk: return "ok";
     case FaultOutcome::kOomOnly: return "oom-only";
+    case FaultOutcome::kOomAgreed: return "oom-agreed";
     case FaultOutcome::kHang: return "hang";
   }
   return "?";
@@ -140,6 +141,14 @@ StatusOr<FaultCaseResult> RunFaultCase(const traces::Schedule& schedule, const C
     out.watchdog_fires_at_ns = report.watchdog_fires_at_ns;
     return out;
   }
+  if (result.oom_agreed) {
+    out.outcome = FaultOutcome::kOomAgreed;
+    out.step_ns = result.oom_agreed->time_ns;  // when every rank knew: the retry starts here
+    out.where = fmt::format("all ranks agree at all_reduce #{} on '{}' (op {})", result.oom_agreed->seq,
+                            schedule.communicators[static_cast<size_t>(result.oom_agreed->communicator)].name,
+                            result.oom_agreed->op_id);
+    return out;
+  }
   out.outcome = FaultOutcome::kOk;
   out.step_ns = result.step_ns;
   out.cost_ns = result.step_ns - baseline_step_ns;
@@ -207,7 +216,7 @@ std::string FaultTableText(const std::vector<FaultCaseResult>& results) {
     row.cost = r.fault.kind == FaultKind::kStraggler && r.outcome == FaultOutcome::kOk
                    ? fmt::format("{:+.3f} ms", static_cast<double>(r.cost_ns) * 1e-6)
                    : "-";
-    row.where = r.outcome == FaultOutcome::kHang      ? r.where
+    row.where = r.outcome == FaultOutcome::kHang || r.outcome == FaultOutcome::kOomAgreed ? r.where
                 : r.outcome == FaultOutcome::kOomOnly ? fmt::format("rank {} stopped after its last collective", r.fault.rank)
                                                       : "";
     rows.push_back(std::move(row));

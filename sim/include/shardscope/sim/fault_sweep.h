@@ -56,6 +56,8 @@ std::vector<FaultCase> ModuleBoundaries(const traces::Schedule& schedule, int32_
 enum class FaultOutcome : uint8_t {
   kOk,       // the step completes
   kOomOnly,  // the injected rank stopped, every other rank finished: no hang
+  kOomAgreed,  // catch_and_sync: every rank agreed on the OOM at a flag all-reduce and
+               // stopped there (Composer retries with a smaller micro-batch): no hang
   kHang,     // some rank cannot finish
 };
 std::string_view FaultOutcomeName(FaultOutcome outcome);  // "ok", "oom-only", "hang"
