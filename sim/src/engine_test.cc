@@ -6,24 +6,15 @@
 
 #include <map>
 
+#include "engine_test_support.h"
+
 namespace shardscope::sim {
 namespace {
 
 using namespace traces;
-
-// Fixed kernels cost their duration; collectives cost `bytes` ns; copies cost bytes ns.
-class FakeCosts : public CostProvider {
- public:
-  int64_t KernelNs(const ComputeDesc& desc) const override {
-    return std::get<FixedDurationDesc>(desc).duration_ns;
-  }
-  int64_t MemcpyNs(MemcpyKind, int64_t bytes) const override { return bytes; }
-  CollectiveCost Collective(CollectiveType, int64_t bytes, int32_t) const override {
-    CollectiveCost cost;
-    cost.duration_ns = bytes;
-    return cost;
-  }
-};
+using Builder = test_support::ScheduleBuilder;
+using test_support::FakeCosts;
+using test_support::Launch10;
 
 // Records every span, keyed by (rank, op id).
 class Recorder : public EngineObserver {
@@ -47,57 +38,6 @@ class Recorder : public EngineObserver {
   }
   const Schedule& schedule_;
 };
-
-// Builds one program per rank with streams s0, s1 and events e0, e1.
-class Builder {
- public:
-  explicit Builder(int world) {
-    schedule.communicators.push_back({"world", {}});
-    for (int r = 0; r < world; ++r) {
-      schedule.communicators[0].ranks.push_back(r);
-      Program p;
-      p.name = "rank" + std::to_string(r);
-      p.streams = {{"s0", 0}, {"s1", 0}};
-      p.events = {"e0", "e1"};
-      p.tensors = {"a", "b", "c"};
-      p.comm_slots = {"world"};
-      schedule.programs.push_back(p);
-      schedule.ranks.push_back({r, {}});
-    }
-  }
-  Builder& Add(int rank, OpPayload payload) {
-    Program& p = schedule.programs[static_cast<size_t>(rank)];
-    Op op;
-    op.id = static_cast<int64_t>(p.ops.size());
-    op.payload = payload;
-    p.ops.push_back(op);
-    return *this;
-  }
-  Builder& Kernel(int rank, int stream, int64_t ns) {
-    return Add(rank, KernelOp{stream, FixedDurationDesc{ns}});
-  }
-  Builder& Coll(int rank, int stream, int64_t ns, CollectiveType type = CollectiveType::kAllReduce) {
-    CollectiveOp c;
-    c.type = type;
-    c.stream = stream;
-    c.bytes = ns;
-    return Add(rank, c);
-  }
-  SimulationResult Run(const EngineConfig& config, Recorder* recorder = nullptr) {
-    EXPECT_TRUE(schedule.ResolveBindings().ok());
-    FakeCosts costs;
-    StatusOr<SimulationResult> result = Simulate(schedule, costs, config, recorder);
-    EXPECT_TRUE(result.ok()) << result.status().message();
-    return *result;
-  }
-  Schedule schedule;
-};
-
-EngineConfig Launch10() {
-  EngineConfig config;
-  config.launch_overhead_ns = 10;
-  return config;
-}
 
 TEST(EngineTest, TwoStreamsShareTheGpuFairly) {
   // Launches: K1 [0,10], K2 [10,20]. K1 runs alone 10..20 (10 done, 90 left); from 20 both

@@ -6,77 +6,16 @@
 
 #include <iostream>
 
+#include "engine_test_support.h"
+
 namespace shardscope::sim {
 namespace {
 
 using namespace traces;
+using Builder = test_support::ScheduleBuilder;
+using test_support::Launch10;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
-
-// Kernels cost their duration, collectives `bytes` ns.
-class FakeCosts : public CostProvider {
- public:
-  int64_t KernelNs(const ComputeDesc& desc) const override { return std::get<FixedDurationDesc>(desc).duration_ns; }
-  int64_t MemcpyNs(MemcpyKind, int64_t bytes) const override { return bytes; }
-  CollectiveCost Collective(CollectiveType, int64_t bytes, int32_t) const override {
-    CollectiveCost cost;
-    cost.duration_ns = bytes;
-    return cost;
-  }
-};
-
-// One program per rank with streams s0, s1, event e0, and the given communicators (each
-// spanning every rank, bound to the slot of the same name).
-class Builder {
- public:
-  Builder(int world, std::vector<std::string> comms) {
-    for (const std::string& name : comms) {
-      Communicator c{name, {}};
-      for (int r = 0; r < world; ++r) c.ranks.push_back(r);
-      schedule.communicators.push_back(c);
-    }
-    for (int r = 0; r < world; ++r) {
-      Program p;
-      p.name = "rank" + std::to_string(r);
-      p.streams = {{"s0", 0}, {"s1", 0}};
-      p.events = {"e0"};
-      p.tensors = {"a"};
-      p.comm_slots = comms;
-      schedule.programs.push_back(p);
-      schedule.ranks.push_back({r, {}});
-    }
-  }
-  Builder& Add(int rank, OpPayload payload) {
-    Program& p = schedule.programs[static_cast<size_t>(rank)];
-    Op op;
-    op.id = static_cast<int64_t>(p.ops.size());
-    op.payload = payload;
-    p.ops.push_back(op);
-    return *this;
-  }
-  Builder& Coll(int rank, int slot, int stream, int64_t bytes, CollectiveType type = CollectiveType::kAllReduce) {
-    CollectiveOp c;
-    c.type = type;
-    c.comm = slot;
-    c.stream = stream;
-    c.bytes = bytes;
-    return Add(rank, c);
-  }
-  SimulationResult Run(const EngineConfig& config, EngineObserver* observer = nullptr) {
-    EXPECT_TRUE(schedule.ResolveBindings().ok());
-    FakeCosts costs;
-    StatusOr<SimulationResult> result = Simulate(schedule, costs, config, observer);
-    EXPECT_TRUE(result.ok()) << result.status().message();
-    return *result;
-  }
-  Schedule schedule;
-};
-
-EngineConfig Launch10() {
-  EngineConfig config;
-  config.launch_overhead_ns = 10;
-  return config;
-}
 
 const BlockedRank& BlockedOf(const SimulationResult& result, int32_t rank) {
   for (const BlockedRank& b : result.blocked) {
@@ -105,9 +44,9 @@ TEST(HangTest, OutOfMemoryRankLeavesPeersInTheNextCollective) {
   // #2. Rank 3 stops at its allocation (op 1); ranks 0-2 arrive in all_gather #2 and wait.
   Builder b(4, {"world"});
   for (int r = 0; r < 4; ++r) {
-    b.Coll(r, 0, 0, 50);
+    b.CollOn(r, 0, 0, 50);
     b.Add(r, AllocateOp{0, r == 3 ? 64 * kMiB : kMiB, 0});
-    b.Coll(r, 0, 0, 100, CollectiveType::kAllGather);
+    b.CollOn(r, 0, 0, 100, CollectiveType::kAllGather);
   }
   EngineConfig config = Launch10();
   config.memory.enabled = true;
@@ -182,8 +121,8 @@ TEST(HangTest, CollectiveTypeMismatchAtTheSameSequenceNumber) {
   // rank 3: the rendezvous gathers all four and never starts.
   Builder b(4, {"dp"});
   for (int r = 0; r < 4; ++r) {
-    b.Coll(r, 0, 0, 50);
-    b.Coll(r, 0, 0, 100, r == 3 ? CollectiveType::kAllReduce : CollectiveType::kAllGather);
+    b.CollOn(r, 0, 0, 50);
+    b.CollOn(r, 0, 0, 100, r == 3 ? CollectiveType::kAllReduce : CollectiveType::kAllGather);
   }
   const SimulationResult result = b.Run(Launch10());
   ASSERT_TRUE(result.hung);
@@ -213,8 +152,8 @@ TEST(HangTest, TwoCommunicatorsEnteredInOppositeOrdersFormACycle) {
   // waits in x #1 for rank 1, whose stream is behind y #1, which waits for rank 0, whose
   // stream is behind x #1.
   Builder b(2, {"x", "y"});
-  b.Coll(0, 0, 0, 50).Coll(0, 1, 0, 50);
-  b.Coll(1, 1, 0, 50).Coll(1, 0, 0, 50);
+  b.CollOn(0, 0, 0, 50).CollOn(0, 1, 0, 50);
+  b.CollOn(1, 1, 0, 50).CollOn(1, 0, 0, 50);
   const SimulationResult result = b.Run(Launch10());
   ASSERT_TRUE(result.hung);
   EXPECT_EQ(BlockedRanks(result), (std::vector<int32_t>{0, 1}));
@@ -248,8 +187,8 @@ TEST(HangTest, OppositeOrdersOnSeparateStreamsDoNotHang) {
   // The same opposite orders with each communicator on its own stream: every collective
   // reaches its stream's head at once (NCCL orders only one communicator's work): no hang.
   Builder b(2, {"x", "y"});
-  b.Coll(0, 0, 0, 50).Coll(0, 1, 1, 50);
-  b.Coll(1, 1, 1, 50).Coll(1, 0, 0, 50);
+  b.CollOn(0, 0, 0, 50).CollOn(0, 1, 1, 50);
+  b.CollOn(1, 1, 1, 50).CollOn(1, 0, 0, 50);
   const SimulationResult result = b.Run(Launch10());
   EXPECT_FALSE(result.hung);
   EXPECT_TRUE(AnalyzeHang(b.schedule, result).causes.empty());
@@ -261,7 +200,7 @@ TEST(HangTest, StreamWaitsOnAnEventWhoseRecordNeverExecutes) {
   // the collective, so s0 waits for an event that is never recorded on the device. (A wait on
   // an event never recorded at all is a no-op in CUDA, and ValidateSchedule rejects it.)
   Builder b(2, {"world"});
-  b.Coll(0, 0, 1, 50).Add(0, EventRecordOp{0, 1}).Add(0, StreamWaitEventOp{0, 0});
+  b.CollOn(0, 0, 1, 50).Add(0, EventRecordOp{0, 1}).Add(0, StreamWaitEventOp{0, 0});
   b.Add(0, KernelOp{0, FixedDurationDesc{20}}).Add(0, DeviceSynchronizeOp{});
   b.Add(1, KernelOp{0, FixedDurationDesc{20}});
   const SimulationResult result = b.Run(Launch10());

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -93,33 +94,48 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
   traces::Schedule schedule;
   schedule.programs = std::move(lowered->programs);
 
-  // The groups every slot name stands for; only the kinds some program uses are listed.
-  std::map<std::string, GroupKind> kinds;
-  kinds.emplace(kCommWorld, Consecutive(kCommWorld, world, world));
-  kinds.emplace(kCommShard, Consecutive(kCommShard, world, mesh.shard));
-  kinds.emplace(kCommReplicate, Strided(kCommReplicate, world, mesh.shard));
-  kinds.emplace(kCommExpert, Consecutive(kCommExpert, world, ep));
-  kinds.emplace(kCommExpertData, Strided(kCommExpertData, world, ep));
-  if (plan.strategy == Strategy::kFsdp2 && plan.fsdp2.reshard_after_forward == ReshardAfterForward::kInt &&
-      plan.fsdp2.reshard_after_forward_size > 0 && mesh.shard % plan.fsdp2.reshard_after_forward_size == 0) {
-    kinds.emplace(kCommPostForward, Consecutive(kCommPostForward, world, plan.fsdp2.reshard_after_forward_size));
-  }
-  std::map<std::string, int32_t> first_group;  // kind -> index of its first communicator
-  for (const traces::Program& program : schedule.programs) {
+  // The groups a slot name stands for, built only for the slots some program uses.
+  const auto groups_of = [&](const std::string& slot) -> std::optional<GroupKind> {
+    if (slot == kCommWorld) return Consecutive(kCommWorld, world, world);
+    if (slot == kCommShard) return Consecutive(kCommShard, world, mesh.shard);
+    if (slot == kCommReplicate) return Strided(kCommReplicate, world, mesh.shard);
+    if (slot == kCommExpert) return Consecutive(kCommExpert, world, ep);
+    if (slot == kCommExpertData) return Strided(kCommExpertData, world, ep);
+    if (slot == kCommPostForward && plan.strategy == Strategy::kFsdp2 &&
+        plan.fsdp2.reshard_after_forward == ReshardAfterForward::kInt && plan.fsdp2.reshard_after_forward_size > 0 &&
+        mesh.shard % plan.fsdp2.reshard_after_forward_size == 0) {
+      return Consecutive(kCommPostForward, world, plan.fsdp2.reshard_after_forward_size);
+    }
+    return std::nullopt;
+  };
+  struct BoundKind {
+    int32_t first = 0;                  // index of the kind's first communicator
+    std::vector<int32_t> group_of_rank;
+  };
+  std::map<std::string, BoundKind> bound;
+  // Per program, per slot: the kind it binds to (so the per-rank loop does no lookups).
+  std::vector<std::vector<const BoundKind*>> slot_kinds(schedule.programs.size());
+  for (size_t p = 0; p < schedule.programs.size(); ++p) {
+    const traces::Program& program = schedule.programs[p];
     for (const std::string& slot : program.comm_slots) {
-      if (kinds.find(slot) == kinds.end()) {
-        return Status::Internal(fmt::format("program '{}' uses unknown communicator slot '{}'", program.name, slot));
+      auto it = bound.find(slot);
+      if (it == bound.end()) {
+        std::optional<GroupKind> kind = groups_of(slot);
+        if (!kind) {
+          return Status::Internal(fmt::format("program '{}' uses unknown communicator slot '{}'", program.name, slot));
+        }
+        it = bound.emplace(slot, BoundKind{static_cast<int32_t>(schedule.communicators.size()),
+                                           std::move(kind->group_of_rank)}).first;
+        for (traces::Communicator& comm : kind->groups) schedule.communicators.push_back(std::move(comm));
       }
-      if (first_group.count(slot) != 0) continue;
-      first_group[slot] = static_cast<int32_t>(schedule.communicators.size());
-      for (traces::Communicator& comm : kinds[slot].groups) schedule.communicators.push_back(std::move(comm));
+      slot_kinds[p].push_back(&it->second);
     }
   }
   for (int32_t rank = 0; rank < world; ++rank) {
     const int32_t program = lowered->program_of_rank.empty() ? 0 : lowered->program_of_rank[static_cast<size_t>(rank)];
     traces::RankBinding binding{program, {}};
-    for (const std::string& slot : schedule.programs[static_cast<size_t>(program)].comm_slots) {
-      binding.comm_binding.push_back(first_group[slot] + kinds[slot].group_of_rank[static_cast<size_t>(rank)]);
+    for (const BoundKind* kind : slot_kinds[static_cast<size_t>(program)]) {
+      binding.comm_binding.push_back(kind->first + kind->group_of_rank[static_cast<size_t>(rank)]);
     }
     schedule.ranks.push_back(std::move(binding));
   }
