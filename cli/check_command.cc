@@ -49,15 +49,18 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
   return stragglers;
 }
 
-std::string StragglerSummary(const std::map<int32_t, double>& stragglers, int64_t with_ns, int64_t without_ns) {
-  std::string ranks;
+std::string DivergenceSummary(const std::map<int32_t, double>& stragglers, const std::vector<std::string>& variants,
+                              int64_t with_ns, int64_t without_ns) {
+  std::string sources;
   for (const auto& [rank, factor] : stragglers) {
-    ranks += fmt::format("{}rank {} (kernels and copies x{:g})", ranks.empty() ? "" : ", ", rank, factor);
+    sources += fmt::format("{}rank {} (kernels and copies x{:g})", sources.empty() ? "" : ", ", rank, factor);
   }
+  for (const std::string& variant : variants) sources += (sources.empty() ? "" : ", ") + variant;
   const double delta_ms = static_cast<double>(with_ns - without_ns) * 1e-6;
   const double percent = without_ns > 0 ? 100.0 * static_cast<double>(with_ns - without_ns) / static_cast<double>(without_ns) : 0;
-  return fmt::format("  STRAGGLER: {}: step {:.3f} ms with, {:.3f} ms without: costs {:+.3f} ms ({:+.1f}%)\n", ranks,
-                     static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms, percent);
+  return fmt::format("  DIVERGENCE: {}: step {:.3f} ms, {:.3f} ms with every rank alike: costs {:+.3f} ms ({:+.1f}%)\n",
+                     sources, static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms,
+                     percent);
 }
 
 namespace {
@@ -68,6 +71,9 @@ struct CheckOptions {
   std::string ranks;
   std::vector<std::string> stragglers;
   double watchdog_minutes = 10;
+  double seq_len_factor = sim::FaultSweepOptions{}.seq_len_factor;
+  double moe_load = sim::FaultSweepOptions{}.moe_load;
+  double held_gib = static_cast<double>(sim::FaultSweepOptions{}.held_bytes) / static_cast<double>(int64_t{1} << 30);
 };
 
 // On a terminal: one bar redrawn in place. Elsewhere (logs, CI): nothing (the table follows).
@@ -96,7 +102,26 @@ Status RunCheck(const CheckOptions& options) {
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(sweep.stragglers, ParseStragglers(options.stragglers, schedule.world_size()));
   sweep.hang.watchdog_timeout_ns = static_cast<int64_t>(std::llround(options.watchdog_minutes * 60e9));
+  if (!(options.seq_len_factor > 0) || options.seq_len_factor > 1000) {
+    return Status::InvalidInput(fmt::format("--seq-len-factor: expected a number in (0, 1000], got {}", options.seq_len_factor));
+  }
+  if (!(options.moe_load > 0) || options.moe_load > 1000) {
+    return Status::InvalidInput(fmt::format("--moe-load: expected a number in (0, 1000], got {}", options.moe_load));
+  }
+  if (!(options.held_gib >= 0) || options.held_gib > 1e6) {
+    return Status::InvalidInput(fmt::format("--held-gib: expected a number of GiB >= 0, got {}", options.held_gib));
+  }
+  sweep.seq_len_factor = options.seq_len_factor;
+  sweep.moe_load = options.moe_load;
+  sweep.held_bytes = static_cast<int64_t>(std::llround(options.held_gib * static_cast<double>(int64_t{1} << 30)));
   SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<sim::FaultCase> cases, sim::BuildFaultCases(schedule, sweep));
+  // Divergence cases need the plan (a schedule JSON has none): on the first OOM rank.
+  if (loaded.plan) {
+    const int32_t rank = sweep.oom_ranks.empty() ? 0 : *std::min_element(sweep.oom_ranks.begin(), sweep.oom_ranks.end());
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<sim::FaultCase> divergence,
+                                sim::BuildDivergenceCases(*loaded.plan, rank, sweep));
+    cases.insert(cases.end(), divergence.begin(), divergence.end());
+  }
 
   sim::ClusterCostProvider costs(schedule, loaded.setup.cluster);
   sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule.world_size());
@@ -117,14 +142,16 @@ Status RunCheck(const CheckOptions& options) {
     return Status::Internal("the baseline run runs out of memory; fix the plan before sweeping faults");
   }
   std::cout << fmt::format("  baseline: step {:.3f} ms\n", static_cast<double>(baseline.step_ns) * 1e-6);
-  std::cout << fmt::format("  sweeping {} fault(s): an OOM at each module boundary of rank(s) {}, stragglers\n\n",
+  std::cout << fmt::format("  sweeping {} fault(s): an OOM at each module boundary of rank(s) {}, stragglers{}\n\n",
                            cases.size(), [&] {
                              std::vector<int32_t> ranks;
                              for (const sim::FaultCase& c : cases) {
                                if (c.kind == sim::FaultKind::kOom) ranks.push_back(c.rank);
                              }
                              return ranks.empty() ? std::string("none") : sim::CompressRanks(ranks);
-                           }());
+                           }(),
+                           loaded.plan ? ", divergences (one rank runs a different plan), memory held by another process"
+                                       : " (a schedule JSON: no divergence cases, they need the plan)");
   const sim::FaultProgress progress = MakeProgress();
   SHARDSCOPE_ASSIGN_OR_RETURN(
       std::vector<sim::FaultCaseResult> results,
@@ -137,15 +164,28 @@ Status RunCheck(const CheckOptions& options) {
     std::cout << fmt::format("all {} fault(s) are safe: no hang\n", results.size());
     return Status::Ok();
   }
-  if (config.oom_catch_and_sync) {
-    std::cout << fmt::format("{} of {} fault(s) hang: with catch_and_sync the rank that runs out of memory goes to its "
+  const auto hangs_of = [&](auto&& predicate) {
+    return std::count_if(results.begin(), results.end(),
+                         [&](const sim::FaultCaseResult& r) { return !r.Safe() && predicate(r.fault.kind); });
+  };
+  const auto oom_hangs = hangs_of([](sim::FaultKind kind) { return kind == sim::FaultKind::kOom; });
+  const auto other_hangs = hangs - oom_hangs;
+  std::cout << fmt::format("{} of {} fault(s) hang.\n", hangs, results.size());
+  if (oom_hangs > 0 && config.oom_catch_and_sync) {
+    std::cout << fmt::format("  {} injected OOM(s): with catch_and_sync the rank that runs out of memory goes to its "
                              "next OOM-flag agreement, and a peer that enters another collective first waits there "
                              "until the watchdog fires (a place without a sync hook)\n",
-                             hangs, results.size());
-  } else {
-    std::cout << fmt::format("{} of {} fault(s) hang: with the `raise` OOM policy the rank that runs out of memory "
+                             oom_hangs);
+  } else if (oom_hangs > 0) {
+    std::cout << fmt::format("  {} injected OOM(s): with the `raise` OOM policy the rank that runs out of memory "
                              "leaves, and its peers wait at their next collective until the watchdog fires\n",
-                             hangs, results.size());
+                             oom_hangs);
+  }
+  if (other_hangs > 0) {
+    std::cout << fmt::format("  {} divergence(s) or resource fault(s): the ranks issue different collectives (type, "
+                             "size or count) on one communicator, which NCCL matches by order only, or one rank runs "
+                             "out of memory and leaves\n",
+                             other_hangs);
   }
   // main() maps every error but bad input to exit code 1, which is what a hang must return.
   return Status::Internal(fmt::format("{} of {} injected fault(s) hang", hangs, results.size()));
@@ -156,7 +196,10 @@ Status RunCheck(const CheckOptions& options) {
 CommandRunner AddCheckCommand(CLI::App& app) {
   auto options = std::make_shared<CheckOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "check", "Run a plan, then inject faults (an OOM at each module boundary, a straggler) and report which hang");
+      "check",
+      "Run a plan, then inject faults (an OOM at each module boundary, a straggler, one rank running a different "
+      "plan: longer sequences, more routed tokens, a micro-batch fewer, another prefetch or bucket setting; memory "
+      "held by another process) and report which hang. Exit 0: all safe, 1: some hang, 2: bad input");
   cmd->add_option("input", options->input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
   cmd->add_option("--threads", options->threads, "Cases simulated in parallel (0: one per hardware thread)")
       ->capture_default_str();
@@ -166,6 +209,15 @@ CommandRunner AddCheckCommand(CLI::App& app) {
                   "RANK:FACTOR: a straggler case (that rank's kernels and copies FACTOR x slower); repeatable "
                   "(default: the first rank at 2x)");
   cmd->add_option("--watchdog-minutes", options->watchdog_minutes, "NCCL watchdog timeout for the reported times")
+      ->capture_default_str();
+  cmd->add_option("--seq-len-factor", options->seq_len_factor,
+                  "Variable-length batch case: the rank's seq_len times this")
+      ->capture_default_str();
+  cmd->add_option("--moe-load", options->moe_load,
+                  "Routing-imbalance case (expert parallel): the rank's experts get this many times the tokens")
+      ->capture_default_str();
+  cmd->add_option("--held-gib", options->held_gib,
+                  "Memory-held case: GiB another process holds on the rank's GPU (0: no such case)")
       ->capture_default_str();
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;

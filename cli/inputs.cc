@@ -35,6 +35,7 @@ StatusOr<LoadedInput> LoadInput(const std::string& path) {
   } else {
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(path));
     SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, sim::LowerPlan(plan));
+    loaded.plan = std::move(plan);
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, sim::SetupFromSchedule(loaded.schedule, path));
   return loaded;

@@ -4,9 +4,11 @@
 #define SHARDSCOPE_CLI_INPUTS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "shardscope/sim/plan.h"
 #include "shardscope/sim/simulation.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/traces/status.h"
@@ -16,6 +18,7 @@ namespace shardscope::cli {
 struct LoadedInput {
   traces::Schedule schedule;
   sim::SimulationSetup setup;
+  std::optional<sim::Plan> plan;  // when the input was a plan (not a schedule JSON)
 };
 
 // A file whose first non-blank character is '{' is a schedule JSON; anything else is a YAML

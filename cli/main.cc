@@ -81,7 +81,9 @@ Status RunSimulate(const SimulateOptions& options) {
   const sim::SimulationSetup& setup = loaded.setup;
   sim::ClusterCostProvider costs(schedule, setup.cluster);
   sim::EngineConfig config = sim::EngineConfigFor(setup, schedule.world_size());
-  SHARDSCOPE_ASSIGN_OR_RETURN(config.rank_slowdown, cli::ParseStragglers(options.stragglers, schedule.world_size()));
+  // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
+  SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
+  for (const auto& [rank, factor] : flag_stragglers) config.rank_slowdown[rank] = factor;
   if (!options.quiet && isatty(STDERR_FILENO)) {
     config.progress = [](double fraction) {
       std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
@@ -173,17 +175,33 @@ Status RunSimulate(const SimulateOptions& options) {
   const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
   SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(report_path, sim::ReportJson(schedule, setup, result)));
   std::cout << sim::SummaryText(schedule, setup, result);
-  if (!config.rank_slowdown.empty()) {
-    // What the stragglers cost: one more run without them (no trace, no memory history).
+  const bool has_variants = loaded.plan && !loaded.plan->divergence.variants.empty();
+  if (!config.rank_slowdown.empty() || has_variants) {
+    // What the divergence costs: one more run with every rank alike (the plan without its
+    // divergence section, no stragglers; no trace, no memory history).
+    traces::Schedule uniform_schedule;
+    if (has_variants) {
+      SHARDSCOPE_ASSIGN_OR_RETURN(uniform_schedule, sim::LowerPlan(sim::WithoutDivergence(*loaded.plan)));
+    }
+    const traces::Schedule& baseline_schedule = has_variants ? uniform_schedule : schedule;
+    sim::ClusterCostProvider baseline_costs(baseline_schedule, setup.cluster);
     sim::EngineConfig baseline_config = config;
     baseline_config.rank_slowdown.clear();
     baseline_config.progress = nullptr;
     baseline_config.memory.record_history = false;
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline, sim::Simulate(schedule, costs, baseline_config, nullptr));
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline,
+                                sim::Simulate(baseline_schedule, baseline_costs, baseline_config, nullptr));
+    std::vector<std::string> variants;
+    if (has_variants) {
+      for (const sim::RankVariant& variant : loaded.plan->divergence.variants) {
+        variants.push_back(fmt::format("rank(s) {} run {}", sim::CompressRanks(variant.ranks), variant.description));
+      }
+    }
     if (result.hung || baseline.hung) {
-      std::cout << "  STRAGGLER: no cost reported: the step does not complete\n";
+      std::cout << fmt::format("  DIVERGENCE: no cost reported: the step {} not complete\n",
+                               result.hung ? "does" : "with every rank alike does");
     } else {
-      std::cout << cli::StragglerSummary(config.rank_slowdown, result.step_ns, baseline.step_ns);
+      std::cout << cli::DivergenceSummary(config.rank_slowdown, variants, result.step_ns, baseline.step_ns);
     }
   }
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);

@@ -11,6 +11,9 @@
 
 #include <fmt/format.h>
 
+#include "shardscope/sim/lowering.h"
+#include "shardscope/sim/simulation.h"
+
 namespace shardscope::sim {
 namespace {
 
@@ -36,7 +39,14 @@ std::string Milliseconds(int64_t ns) { return fmt::format("{:.3f} ms", static_ca
 }  // namespace
 
 std::string FaultCase::Label() const {
-  if (kind == FaultKind::kStraggler) return fmt::format("straggler rank {} x{}", rank, FactorText(slowdown));
+  switch (kind) {
+    case FaultKind::kStraggler: return fmt::format("straggler rank {} x{}", rank, FactorText(slowdown));
+    case FaultKind::kDivergence: return fmt::format("rank {} runs {}", rank, divergence);
+    case FaultKind::kMemoryHeld:
+      return fmt::format("rank {}: {:.2f} GiB held by another process", rank,
+                         static_cast<double>(held_bytes) / static_cast<double>(int64_t{1} << 30));
+    case FaultKind::kOom: break;
+  }
   return fmt::format("OOM rank {} @ {} (op {})", rank, boundary, op_id);
 }
 
@@ -112,22 +122,138 @@ StatusOr<std::vector<FaultCase>> BuildFaultCases(const traces::Schedule& schedul
   return cases;
 }
 
+StatusOr<std::vector<FaultCase>> BuildDivergenceCases(const Plan& plan, int32_t rank,
+                                                      const FaultSweepOptions& options) {
+  const int32_t world = plan.cluster.world_size();
+  if (rank < 0 || rank >= world) {
+    return Status::InvalidInput(fmt::format("rank {} is outside the world of {} ranks", rank, world));
+  }
+  // What the rank runs now: its variant's plan, or the plan itself.
+  Plan current = WithoutDivergence(plan);
+  for (const RankVariant& variant : plan.divergence.variants) {
+    if (std::find(variant.ranks.begin(), variant.ranks.end(), rank) != variant.ranks.end()) current = *variant.plan;
+  }
+  std::vector<FaultCase> cases;
+  const auto add = [&](Plan changed, std::string description) -> Status {
+    SHARDSCOPE_ASSIGN_OR_RETURN(Plan with, WithRankVariant(plan, {rank}, std::move(changed), description));
+    SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule lowered, LowerPlan(with));
+    FaultCase fault;
+    fault.kind = FaultKind::kDivergence;
+    fault.rank = rank;
+    fault.divergence = std::move(description);
+    auto schedule = std::make_shared<const traces::Schedule>(std::move(lowered));
+    fault.costs = std::make_shared<const ClusterCostProvider>(*schedule, plan.cluster);
+    fault.schedule = std::move(schedule);
+    cases.push_back(std::move(fault));
+    return Status::Ok();
+  };
+
+  // Variable-length batches: this rank's sequences are longer (within learned positions).
+  int64_t longer = static_cast<int64_t>(std::llround(static_cast<double>(current.training.seq_len) * options.seq_len_factor));
+  if (current.model.learned_positions) longer = std::min<int64_t>(longer, current.model.max_positions);
+  if (longer != current.training.seq_len && longer > 0) {
+    Plan changed = current;
+    changed.training.seq_len = longer;
+    SHARDSCOPE_RETURN_IF_ERROR(
+        add(changed, fmt::format("seq_len x{} (training.seq_len {})", FactorText(options.seq_len_factor), longer)));
+  }
+  // Routing imbalance: this rank's experts get more tokens (expert parallelism only).
+  if (current.moe.expert_parallel > 1 && current.model.experts > 1 && options.moe_load != 1) {
+    Plan changed = current;
+    changed.moe.rank_load = current.moe.rank_load * options.moe_load;
+    SHARDSCOPE_RETURN_IF_ERROR(add(changed, fmt::format("moe_load x{}", FactorText(options.moe_load))));
+  }
+  // A rank that skips a micro-batch (its data loader ran out one batch early).
+  if (current.training.grad_accum_steps > 1) {
+    Plan changed = current;
+    changed.training.grad_accum_steps -= 1;
+    SHARDSCOPE_RETURN_IF_ERROR(add(changed, fmt::format("one micro-batch fewer (training.grad_accum_steps {})",
+                                                        changed.training.grad_accum_steps)));
+  }
+  // A rank-dependent prefetch setting (a config read per rank, a heuristic on local state).
+  switch (current.strategy) {
+    case Strategy::kFsdp2:
+      if (current.fsdp2.backward_prefetch_units.empty()) {
+        Plan changed = current;
+        changed.fsdp2.backward_prefetch = current.fsdp2.backward_prefetch > 0 ? 0 : 1;
+        SHARDSCOPE_RETURN_IF_ERROR(
+            add(changed, fmt::format("fsdp2.backward_prefetch {}", changed.fsdp2.backward_prefetch)));
+      }
+      break;
+    case Strategy::kFsdp1: {
+      Plan changed = current;
+      const bool had = current.fsdp1.backward_prefetch != Fsdp1BackwardPrefetch::kNone;
+      changed.fsdp1.backward_prefetch = had ? Fsdp1BackwardPrefetch::kNone : Fsdp1BackwardPrefetch::kBackwardPre;
+      SHARDSCOPE_RETURN_IF_ERROR(add(changed, had ? "fsdp1.backward_prefetch null" : "fsdp1.backward_prefetch BACKWARD_PRE"));
+      break;
+    }
+    case Strategy::kZero3: {
+      Plan changed = current;
+      changed.zero.stage3_prefetch_bucket_size = current.zero.stage3_prefetch_bucket_size > 0 ? 0 : 50'000'000;
+      SHARDSCOPE_RETURN_IF_ERROR(
+          add(changed, fmt::format("zero.stage3_prefetch_bucket_size {}", changed.zero.stage3_prefetch_bucket_size)));
+      break;
+    }
+    case Strategy::kDdp: {
+      // A different bucket layout (bucket_cap_mb read from a per-rank config).
+      Plan changed = current;
+      changed.ddp.bucket_cap_mb = current.ddp.bucket_cap_mb / 2;
+      changed.ddp.first_bucket_mb = std::min(current.ddp.first_bucket_mb, changed.ddp.bucket_cap_mb);
+      SHARDSCOPE_RETURN_IF_ERROR(add(changed, fmt::format("ddp.bucket_cap_mb {:g}", changed.ddp.bucket_cap_mb)));
+      break;
+    }
+    case Strategy::kZero1:
+    case Strategy::kZero2: {
+      Plan changed = current;
+      changed.zero.reduce_bucket_size = std::max<int64_t>(1, current.zero.reduce_bucket_size / 2);
+      SHARDSCOPE_RETURN_IF_ERROR(
+          add(changed, fmt::format("zero.reduce_bucket_size {}", changed.zero.reduce_bucket_size)));
+      break;
+    }
+  }
+  if (options.held_bytes > 0) {
+    FaultCase fault;
+    fault.kind = FaultKind::kMemoryHeld;
+    fault.rank = rank;
+    fault.held_bytes = options.held_bytes;
+    cases.push_back(std::move(fault));
+  }
+  return cases;
+}
+
 StatusOr<FaultCaseResult> RunFaultCase(const traces::Schedule& schedule, const CostProvider& costs,
                                        const EngineConfig& base, const FaultCase& fault, int64_t baseline_step_ns,
                                        const HangOptions& hang) {
   EngineConfig config = base;
   config.progress = nullptr;
-  if (fault.kind == FaultKind::kOom) {
-    config.inject_oom = InjectedOom{fault.rank, fault.op_id};
-  } else {
-    config.rank_slowdown[fault.rank] = fault.slowdown;
+  const traces::Schedule& run = fault.schedule ? *fault.schedule : schedule;
+  const CostProvider& run_costs = fault.costs ? *fault.costs : costs;
+  switch (fault.kind) {
+    case FaultKind::kOom: config.inject_oom = InjectedOom{fault.rank, fault.op_id}; break;
+    case FaultKind::kStraggler: config.rank_slowdown[fault.rank] = fault.slowdown; break;
+    case FaultKind::kDivergence: break;
+    case FaultKind::kMemoryHeld: {
+      // One capacity per rank from here on (a single entry stands for every rank).
+      std::vector<int64_t>& capacity = config.memory.capacity_bytes;
+      if (capacity.size() == 1) capacity.assign(static_cast<size_t>(run.world_size()), capacity.front());
+      if (static_cast<size_t>(fault.rank) < capacity.size()) {
+        int64_t& own = capacity[static_cast<size_t>(fault.rank)];
+        own = std::max<int64_t>(0, own - fault.held_bytes);
+      }
+      break;
+    }
   }
-  SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, Simulate(schedule, costs, config, nullptr));
+  SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, Simulate(run, run_costs, config, nullptr));
   FaultCaseResult out;
   out.fault = fault;
   if (result.hung) {
-    const bool only_injected_rank = fault.kind == FaultKind::kOom && result.blocked.size() == 1 &&
-                                    result.blocked.front().rank == fault.rank;
+    // The faulty rank stopped (an injected OOM, or one its change caused) after its last
+    // collective: the others finished without it.
+    const bool faulty_rank_ran_out =
+        fault.kind == FaultKind::kOom ||
+        (static_cast<size_t>(fault.rank) < result.ranks.size() && result.ranks[static_cast<size_t>(fault.rank)].memory.oom);
+    const bool only_injected_rank =
+        faulty_rank_ran_out && result.blocked.size() == 1 && result.blocked.front().rank == fault.rank;
     for (const BlockedRank& b : result.blocked) out.blocked_ranks.push_back(b.rank);
     if (only_injected_rank) {
       // It stopped after its last collective: the others finished without it.
@@ -135,7 +261,7 @@ StatusOr<FaultCaseResult> RunFaultCase(const traces::Schedule& schedule, const C
       out.step_ns = result.step_ns;
       return out;
     }
-    const HangReport report = AnalyzeHang(schedule, result, hang);
+    const HangReport report = AnalyzeHang(run, result, hang);
     out.outcome = FaultOutcome::kHang;
     out.where = ShortWhere(report);
     out.watchdog_fires_at_ns = report.watchdog_fires_at_ns;
@@ -145,7 +271,7 @@ StatusOr<FaultCaseResult> RunFaultCase(const traces::Schedule& schedule, const C
     out.outcome = FaultOutcome::kOomAgreed;
     out.step_ns = result.oom_agreed->time_ns;  // when every rank knew: the retry starts here
     out.where = fmt::format("all ranks agree at all_reduce #{} on '{}' (op {})", result.oom_agreed->seq,
-                            schedule.communicators[static_cast<size_t>(result.oom_agreed->communicator)].name,
+                            run.communicators[static_cast<size_t>(result.oom_agreed->communicator)].name,
                             result.oom_agreed->op_id);
     return out;
   }
@@ -213,7 +339,7 @@ std::string FaultTableText(const std::vector<FaultCaseResult>& results) {
     } else {
       row.time = Milliseconds(r.step_ns);
     }
-    row.cost = r.fault.kind == FaultKind::kStraggler && r.outcome == FaultOutcome::kOk
+    row.cost = r.fault.kind != FaultKind::kOom && r.outcome == FaultOutcome::kOk
                    ? fmt::format("{:+.3f} ms", static_cast<double>(r.cost_ns) * 1e-6)
                    : "-";
     row.where = r.outcome == FaultOutcome::kHang || r.outcome == FaultOutcome::kOomAgreed ? r.where

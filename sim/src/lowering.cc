@@ -54,31 +54,19 @@ GroupKind Strided(const std::string& name, int32_t world, int32_t stride) {
   return kind;
 }
 
-}  // namespace
-
-StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
+// One plan's programs: the model decomposed for its workload, handed to its strategy.
+StatusOr<LoweredPrograms> LowerPrograms(const Plan& plan) {
   // fp8 training runs its GEMMs in fp8 but keeps bf16 activations between kernels
   // (torchao.float8 Float8Linear casts inputs and weights per GEMM).
   const traces::DType activations =
       plan.training.dtype == traces::DType::kFloat8E4M3 ? traces::DType::kBFloat16 : plan.training.dtype;
   LoweringContext ctx{plan, {}, plan.cluster.world_size(), activations};
-  const Workload workload{plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype};
+  Workload workload{plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype};
+  workload.expert_load = plan.moe.rank_load;
   SHARDSCOPE_RETURN_IF_ERROR(ValidateModel(plan.model).WithContext(plan.source));
   SHARDSCOPE_RETURN_IF_ERROR(ValidateWorkload(plan.model, workload).WithContext(plan.source));
   ctx.modules = DecomposeModel(plan.model, workload);
   if (ctx.modules.empty()) return Status::InvalidInput(plan.source + ": the model has no modules");
-
-  const int32_t world = ctx.world_size;
-  const DataParallelMesh mesh = MeshOf(plan);
-  const int32_t ep = std::max<int32_t>(1, plan.moe.expert_parallel);
-  if (mesh.replicate * mesh.shard != world) {
-    return Status::InvalidInput(fmt::format("{}: mesh {} x {} does not cover the {} ranks", plan.source,
-                                            mesh.replicate, mesh.shard, world));
-  }
-  if (world % ep != 0) {
-    return Status::InvalidInput(
-        fmt::format("{}: moe.expert_parallel {} does not divide the {} ranks", plan.source, ep, world));
-  }
 
   StatusOr<LoweredPrograms> lowered = Status::InvalidInput("unknown strategy");
   switch (plan.strategy) {
@@ -90,9 +78,67 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
     case Strategy::kDdp: lowered = LowerDdp(ctx); break;
   }
   if (!lowered.ok()) return lowered.status().WithContext(plan.source);
+  if (lowered->program_of_rank.empty()) lowered->program_of_rank.assign(static_cast<size_t>(ctx.world_size), 0);
+  return lowered;
+}
 
+}  // namespace
+
+StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
+  const int32_t world = plan.cluster.world_size();
+  const DataParallelMesh mesh = MeshOf(plan);
+  const int32_t ep = std::max<int32_t>(1, plan.moe.expert_parallel);
+  if (mesh.replicate * mesh.shard != world) {
+    return Status::InvalidInput(fmt::format("{}: mesh {} x {} does not cover the {} ranks", plan.source,
+                                            mesh.replicate, mesh.shard, world));
+  }
+  if (world % ep != 0) {
+    return Status::InvalidInput(
+        fmt::format("{}: moe.expert_parallel {} does not divide the {} ranks", plan.source, ep, world));
+  }
+
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoweredPrograms base, LowerPrograms(plan));
+  // Ranks in a divergence variant run that variant's program for their rank instead
+  // (plan.h DivergenceConfig); only the programs some rank runs are kept: the plan's own
+  // first, then the variants' in order of their first rank.
+  std::vector<const LoweredPrograms*> source_of_rank(static_cast<size_t>(world), &base);
+  std::vector<LoweredPrograms> variants;
+  variants.reserve(plan.divergence.variants.size());
+  for (const RankVariant& variant : plan.divergence.variants) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(LoweredPrograms lowered, LowerPrograms(*variant.plan));
+    for (traces::Program& program : lowered.programs) {
+      program.name = fmt::format("{} [{}]", program.name, variant.description);
+    }
+    variants.push_back(std::move(lowered));
+    for (int32_t rank : variant.ranks) {
+      if (rank < 0 || rank >= world) {
+        return Status::InvalidInput(fmt::format("{}: divergence rank {} is outside 0..{}", plan.source, rank, world - 1));
+      }
+      source_of_rank[static_cast<size_t>(rank)] = &variants.back();
+    }
+  }
   traces::Schedule schedule;
-  schedule.programs = std::move(lowered->programs);
+  std::map<std::pair<const LoweredPrograms*, int32_t>, int32_t> kept;
+  // The plan's own programs keep their order (and, without divergence, their indices).
+  std::vector<bool> base_used(base.programs.size(), false);
+  for (int32_t rank = 0; rank < world; ++rank) {
+    if (source_of_rank[static_cast<size_t>(rank)] == &base) {
+      base_used[static_cast<size_t>(base.program_of_rank[static_cast<size_t>(rank)])] = true;
+    }
+  }
+  for (size_t p = 0; p < base.programs.size(); ++p) {
+    if (!base_used[p]) continue;
+    kept.emplace(std::make_pair(&base, static_cast<int32_t>(p)), static_cast<int32_t>(schedule.programs.size()));
+    schedule.programs.push_back(base.programs[p]);
+  }
+  std::vector<int32_t> program_of_rank(static_cast<size_t>(world));
+  for (int32_t rank = 0; rank < world; ++rank) {
+    const LoweredPrograms* source = source_of_rank[static_cast<size_t>(rank)];
+    const int32_t original = source->program_of_rank[static_cast<size_t>(rank)];
+    auto [it, inserted] = kept.emplace(std::make_pair(source, original), static_cast<int32_t>(schedule.programs.size()));
+    if (inserted) schedule.programs.push_back(source->programs[static_cast<size_t>(original)]);
+    program_of_rank[static_cast<size_t>(rank)] = it->second;
+  }
 
   // The groups a slot name stands for, built only for the slots some program uses.
   const auto groups_of = [&](const std::string& slot) -> std::optional<GroupKind> {
@@ -132,7 +178,7 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
     }
   }
   for (int32_t rank = 0; rank < world; ++rank) {
-    const int32_t program = lowered->program_of_rank.empty() ? 0 : lowered->program_of_rank[static_cast<size_t>(rank)];
+    const int32_t program = program_of_rank[static_cast<size_t>(rank)];
     traces::RankBinding binding{program, {}};
     for (const BoundKind* kind : slot_kinds[static_cast<size_t>(program)]) {
       binding.comm_binding.push_back(kind->first + kind->group_of_rank[static_cast<size_t>(rank)]);

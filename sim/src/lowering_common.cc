@@ -1,5 +1,6 @@
 // Emitters every strategy lowering shares (lowering_internal.h).
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <string_view>
 
@@ -97,9 +98,17 @@ bool ExpertParallel(const LoweringContext& ctx, const ModuleKernels& module) {
   return ctx.plan.moe.expert_parallel > 1 && IsBlock(module) && ctx.plan.model.experts > 1;
 }
 
+// The bytes of one dispatch or combine on this rank. Balanced: every rank sends and receives
+// its T x top_k routed rows. A rank whose experts get `rank_load` times that receives (and, in
+// the combine, sends back) that many more rows; the all-to-all's grouped send/recv is bounded
+// by the larger of its send and receive sides, so a lightly loaded rank still moves its own
+// rows (torchtitan ExpertParallel: all_to_all_single with input/output split sizes).
 int64_t RoutedBytes(const LoweringContext& ctx) {
-  return ctx.plan.training.micro_batch_size * ctx.plan.training.seq_len *
-         ctx.plan.model.experts_per_token * ctx.plan.model.hidden * DTypeSize(ctx.compute_dtype);
+  const int64_t balanced = ctx.plan.training.micro_batch_size * ctx.plan.training.seq_len *
+                           ctx.plan.model.experts_per_token * ctx.plan.model.hidden *
+                           DTypeSize(ctx.compute_dtype);
+  const double load = std::max(1.0, ctx.plan.moe.rank_load);
+  return static_cast<int64_t>(std::llround(static_cast<double>(balanced) * load));
 }
 
 void EmitAllToAll(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,

@@ -48,6 +48,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -292,6 +294,7 @@ struct Shapes {
   DType dtype = DType::kBFloat16;
   int64_t hidden = 0, hq = 0, hkv = 0, ffn = 0, vocab = 0;
   int64_t experts = 1, top_k = 1;
+  int64_t expert_rows = 0;  // token rows the rank's experts run: T x top_k x expert load
 
   int64_t Act(int64_t width) const { return tokens * width * bytes; }
 };
@@ -382,9 +385,10 @@ void AddActivation(ModuleBuilder& b, const std::string& name, MlpKind kind, int6
 // GroupedMLP launch them, with the routed tokens T x top_k spread evenly (a balanced router,
 // the load-balancing loss's target). When T x top_k is not a multiple of the expert count,
 // the groups that take one extra token run as a second grouped GEMM, so the FLOPs stay exact.
+// Under routing imbalance (Workload::expert_load) the rank's experts run that many more rows.
 void AddExpertGemm(ModuleBuilder& b, const std::string& name, int64_t n, int64_t k,
                    const Shapes& s) {
-  const int64_t routed = s.tokens * s.top_k;
+  const int64_t routed = s.expert_rows;
   const int64_t per_expert = routed / s.experts;
   const int64_t with_extra = routed % s.experts;
   b.Gemm(name, per_expert, n, k, s.experts - with_extra, s.dtype, true, s.bytes);
@@ -422,7 +426,7 @@ void AddMoeMlp(ModuleBuilder& b, const ModelSpec& m, const Shapes& s) {
   const bool swiglu = m.mlp == MlpKind::kSwiGlu;
   AddExpertGemm(b, swiglu ? "moe.experts.gate_up_proj" : "moe.experts.up_proj",
                 swiglu ? 2 * s.ffn : s.ffn, s.hidden, s);
-  AddActivation(b, "moe.experts.act", m.mlp, routed, s.ffn, s);
+  AddActivation(b, "moe.experts.act", m.mlp, s.expert_rows, s.ffn, s);
   AddExpertGemm(b, "moe.experts.down_proj", s.hidden, s.ffn, s);
   // out[t] = sum_j w[t][j] y[t][j]: keeps y and w (d w needs y, d y needs w). Backward reads
   // dout, y, w and writes dy (in expert order) and dw.
@@ -602,6 +606,9 @@ Status ValidateWorkload(const ModelSpec& m, const Workload& w) {
   if (w.seq_len <= 0) {
     return Status::InvalidInput(fmt::format("seq_len must be positive, got {}", w.seq_len));
   }
+  if (!std::isfinite(w.expert_load) || w.expert_load <= 0) {
+    return Status::InvalidInput(fmt::format("expert_load must be a positive number, got {}", w.expert_load));
+  }
   if (m.learned_positions && w.seq_len > m.max_positions) {
     return Status::InvalidInput(
         fmt::format("seq_len ({}) exceeds max_positions ({}) of model '{}', whose position "
@@ -626,6 +633,8 @@ std::vector<ModuleKernels> DecomposeModel(const ModelSpec& model, const Workload
   s.vocab = model.vocab;
   s.experts = model.experts;
   s.top_k = model.experts_per_token;
+  s.expert_rows = std::max<int64_t>(
+      1, static_cast<int64_t>(std::llround(static_cast<double>(s.tokens * s.top_k) * workload.expert_load)));
 
   std::vector<ModuleKernels> modules;
   modules.reserve(static_cast<size_t>(model.layers) + 2);

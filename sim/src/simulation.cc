@@ -153,6 +153,10 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   for (const auto& [rank, bytes] : plan.memory.reserved_by_others_per_rank) {
     m[fmt::format("allocator.reserved_by_others_bytes.{}", rank)] = std::to_string(bytes);
   }
+  // divergence.slowdown: a straggler's factor, read back into EngineConfig::rank_slowdown.
+  for (const auto& [rank, factor] : plan.divergence.slowdown) {
+    m[fmt::format("divergence.slowdown.{}", rank)] = Num(factor);
+  }
   // Only when not the default: schedules of plans without an oom section stay as they were.
   if (plan.oom.policy == OomPolicy::kCatchAndSync) {
     m["oom.policy"] = "catch_and_sync";
@@ -266,6 +270,16 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     if (bytes < 0) return Status::InvalidInput(fmt::format("{}: /metadata/{}: must be >= 0", label, key));
     setup.memory.reserved_by_others_per_rank[rank] = bytes;
   }
+  for (int32_t rank = 0; rank < schedule.world_size(); ++rank) {
+    const std::string key = fmt::format("divergence.slowdown.{}", rank);
+    if (!md.Has(key)) continue;
+    double factor = 0;
+    SHARDSCOPE_RETURN_IF_ERROR(md.Double(key, factor));
+    if (!(factor > 0) || !std::isfinite(factor)) {
+      return Status::InvalidInput(fmt::format("{}: /metadata/{}: a slowdown factor must be > 0", label, key));
+    }
+    setup.rank_slowdown[rank] = factor;
+  }
   if (md.Has("oom.policy")) {
     const std::string policy = md.String("oom.policy", "raise");
     if (policy == "catch_and_sync") {
@@ -333,6 +347,7 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   config.compute_slowdown = setup.contention.compute_slowdown;
   config.comm_slowdown = setup.contention.comm_slowdown;
   config.oom_catch_and_sync = setup.oom.policy == OomPolicy::kCatchAndSync;
+  config.rank_slowdown = setup.rank_slowdown;
   return config;
 }
 

@@ -99,6 +99,9 @@ struct Workload {
   int64_t micro_batch = 1;
   int64_t seq_len = 2048;
   traces::DType dtype = traces::DType::kBFloat16;  // activations and GEMMs
+  // Tokens this rank's experts process relative to a balanced router (expert parallelism:
+  // the rank runs its experts on the tokens routed to them from every rank). 1 = balanced.
+  double expert_load = 1;
 };
 
 // Checks the workload against the model: micro_batch and seq_len positive, seq_len within

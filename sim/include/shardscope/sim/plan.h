@@ -17,9 +17,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/hardware.h"
@@ -151,6 +153,9 @@ struct DdpConfig {
 // the ranks holding the same experts (world_size / expert_parallel), outside the dense shard.
 struct MoeConfig {
   int32_t expert_parallel = 1;
+  // The tokens this rank's experts receive, relative to the balanced average (routing
+  // imbalance). Set only on a divergence variant (divergence.moe_load); 1 everywhere else.
+  double rank_load = 1;
 };
 
 // After the step: the optimizer state consolidated on rank 0 for a checkpoint
@@ -207,6 +212,32 @@ struct OomConfig {
   bool sync_hooks = false;
 };
 
+struct Plan;
+
+// Ranks whose step differs from the others': the sources of divergence `shardscope check`
+// looks for (issue 5). A rank may appear in several maps but in at most one override.
+//   divergence:
+//     slowdown: {3: 1.5}     # a straggler: rank 3's kernels and copies take 1.5x as long
+//     seq_len: {5: 12288}    # variable-length batches: rank 5's sequences are 12288 long
+//     moe_load: {2: 1.8}     # routing imbalance (expert parallel): rank 2's experts get 1.8x
+//                            # the balanced number of tokens
+//     overrides:             # ranks that run a different plan (order or size divergence)
+//       - {ranks: [3], fsdp2: {backward_prefetch: 0}}
+//       - {ranks: [5], training: {grad_accum_steps: 3}}
+// Device memory held by other processes on some ranks is allocator.
+// memory_reserved_by_others_gb_per_rank.
+struct RankVariant {
+  std::vector<int32_t> ranks;       // ascending
+  std::string description;          // "training.seq_len 12288", "fsdp2 {backward_prefetch: 0}"
+  std::shared_ptr<const Plan> plan; // the whole plan these ranks run (no divergence of its own)
+};
+
+struct DivergenceConfig {
+  std::map<int32_t, double> slowdown;   // rank -> factor on its kernel and copy durations
+  std::vector<RankVariant> variants;    // disjoint rank sets, in order of their first rank
+  bool empty() const { return slowdown.empty() && variants.empty(); }
+};
+
 struct Plan {
   std::string source;               // file the plan came from (for messages)
   ModelSpec model;
@@ -223,7 +254,18 @@ struct Plan {
   HostConfig host;
   MemoryPlan memory;
   OomConfig oom;
+  DivergenceConfig divergence;
 };
+
+// The plan every rank would run without its divergence section (slowdowns and variants
+// dropped): the baseline a divergence's cost is measured against.
+Plan WithoutDivergence(const Plan& plan);
+
+// `plan` with ranks that run `variant` instead (added to, or merged into, its divergence).
+// Checks what LoadPlan checks for an override: the same strategy, world, mesh and experts.
+// `description` names the change ("fsdp2.backward_prefetch 0").
+StatusOr<Plan> WithRankVariant(const Plan& plan, std::vector<int32_t> ranks, Plan variant,
+                               std::string description);
 
 // Defaults with their sources (also used when a schedule JSON carries no host section).
 HostConfig DefaultHostConfig();

@@ -4,6 +4,7 @@
 #ifndef SHARDSCOPE_SIM_SIMULATION_H_
 #define SHARDSCOPE_SIM_SIMULATION_H_
 
+#include <map>
 #include <memory>
 #include <array>
 #include <string>
@@ -28,6 +29,7 @@ struct SimulationSetup {
   HostConfig host;
   MemoryPlan memory;
   OomConfig oom;                      // metadata "oom.policy", "oom.sync_hooks"
+  std::map<int32_t, double> rank_slowdown;  // metadata "divergence.slowdown.<rank>" (stragglers)
   double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
   int64_t tokens_per_rank_step = 0;
 };
