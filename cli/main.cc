@@ -376,6 +376,7 @@ int main(int argc, char** argv) {
   const shardscope::cli::CommandRunner memory_runner = shardscope::cli::AddMemoryCommand(app);
   const shardscope::cli::CommandRunner fit_runner = shardscope::cli::AddFitCommand(app);
   const shardscope::cli::CommandRunner check_runner = shardscope::cli::AddCheckCommand(app);
+  const std::vector<shardscope::cli::CommandRunner> more_runners = {shardscope::cli::AddImportCommand(app), shardscope::cli::AddCalibrateCommand(app)};
 
   try {
     app.parse(argc, argv);
@@ -400,5 +401,6 @@ int main(int argc, char** argv) {
   if (std::optional<Status> ran = memory_runner()) status = *ran;
   if (std::optional<Status> ran = fit_runner()) status = *ran;
   if (std::optional<Status> ran = check_runner()) status = *ran;
+  for (const auto& runner : more_runners) if (std::optional<Status> ran = runner()) status = *ran;
   return status.ok() ? 0 : Fail(status);
 }
