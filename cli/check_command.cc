@@ -123,7 +123,9 @@ Status RunCheck(const CheckOptions& options) {
     cases.insert(cases.end(), divergence.begin(), divergence.end());
   }
 
-  sim::ClusterCostProvider costs(schedule, loaded.setup.cluster);
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider,
+                              sim::MakeCostProvider(schedule, loaded.setup));
+  const sim::CostProvider& costs = *cost_provider;
   sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule.world_size());
   config.memory.record_history = false;  // no trace: snapshots would only cost time
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline, sim::Simulate(schedule, costs, config, nullptr));

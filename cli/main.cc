@@ -79,7 +79,8 @@ Status RunSimulate(const SimulateOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input));
   const traces::Schedule& schedule = loaded.schedule;
   const sim::SimulationSetup& setup = loaded.setup;
-  sim::ClusterCostProvider costs(schedule, setup.cluster);
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider, sim::MakeCostProvider(schedule, setup));
+  const sim::CostProvider& costs = *cost_provider;
   sim::EngineConfig config = sim::EngineConfigFor(setup, schedule.world_size());
   // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
   SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
@@ -184,13 +185,14 @@ Status RunSimulate(const SimulateOptions& options) {
       SHARDSCOPE_ASSIGN_OR_RETURN(uniform_schedule, sim::LowerPlan(sim::WithoutDivergence(*loaded.plan)));
     }
     const traces::Schedule& baseline_schedule = has_variants ? uniform_schedule : schedule;
-    sim::ClusterCostProvider baseline_costs(baseline_schedule, setup.cluster);
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> baseline_costs,
+                                sim::MakeCostProvider(baseline_schedule, setup));
     sim::EngineConfig baseline_config = config;
     baseline_config.rank_slowdown.clear();
     baseline_config.progress = nullptr;
     baseline_config.memory.record_history = false;
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline,
-                                sim::Simulate(baseline_schedule, baseline_costs, baseline_config, nullptr));
+                                sim::Simulate(baseline_schedule, *baseline_costs, baseline_config, nullptr));
     std::vector<std::string> variants;
     if (has_variants) {
       for (const sim::RankVariant& variant : loaded.plan->divergence.variants) {
@@ -223,9 +225,10 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
   for (const std::string& input : inputs) {
     if (!quiet) std::cerr << "shardscope: simulating " << input << "\n";
     SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
-    sim::ClusterCostProvider costs(loaded.schedule, loaded.setup.cluster);
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs,
+                                sim::MakeCostProvider(loaded.schedule, loaded.setup));
     const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule.world_size());
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(loaded.schedule, costs, config, nullptr));
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(loaded.schedule, *costs, config, nullptr));
     runs.push_back(Run{std::move(loaded), std::move(result)});
   }
   const auto compared = [&](size_t i) {

@@ -142,7 +142,10 @@ StatusOr<std::vector<FaultCase>> BuildDivergenceCases(const Plan& plan, int32_t 
     fault.rank = rank;
     fault.divergence = std::move(description);
     auto schedule = std::make_shared<const traces::Schedule>(std::move(lowered));
-    fault.costs = std::make_shared<const ClusterCostProvider>(*schedule, plan.cluster);
+    // The variant's own setup: the same cluster (and calibration profile, if any).
+    SHARDSCOPE_ASSIGN_OR_RETURN(SimulationSetup setup, SetupFromSchedule(*schedule, plan.source));
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<CostProvider> costs, MakeCostProvider(*schedule, setup));
+    fault.costs = std::shared_ptr<const CostProvider>(std::move(costs));
     fault.schedule = std::move(schedule);
     cases.push_back(std::move(fault));
     return Status::Ok();

@@ -10,6 +10,7 @@
 // yaml-cpp exception leaves this file: ParsePlan catches them all.
 #include "shardscope/sim/plan.h"
 
+#include "shardscope/sim/calibration.h"
 #include "shardscope/sim/hang.h"  // CompressRanks
 
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <span>
@@ -173,9 +175,9 @@ constexpr std::array<std::string_view, 24> kModelKeys = {
     // them an override of such a preset could reach a state the file cannot repair.
     "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
     "lm_head_transform"};
-constexpr std::array<std::string_view, 8> kClusterKeys = {
+constexpr std::array<std::string_view, 9> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
-    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention"};
+    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration"};
 constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
 constexpr std::array<std::string_view, 7> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",
@@ -528,6 +530,9 @@ class PlanParser {
   Status ReadModel(const Entry& entry, ModelSpec* out) const;
   Status ReadModelFields(const Fields& fields, ModelSpec* model, bool* modified) const;
   Status ReadCluster(const Entry& entry, ClusterSpec* cluster, ContentionConfig* contention) const;
+  // cluster.calibration: the profile path, resolved and read (its GPU must be the cluster's);
+  // the fitted launch cost and contention factors go into `plan`.
+  Status ReadCalibration(const Entry& entry, Plan* plan) const;
   // Also says whether the dtype was given, and where seq_len is (for later checks).
   Status ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
                       bool* dtype_given, YAML::Mark* seq_len_mark, YAML::Mark* dtype_mark) const;
@@ -1693,6 +1698,16 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   SHARDSCOPE_RETURN_IF_ERROR(ReadStrategy(*top.Find("strategy"), &plan.strategy));
   SHARDSCOPE_RETURN_IF_ERROR(ReadModel(*top.Find("model"), &plan.model));
   SHARDSCOPE_RETURN_IF_ERROR(ReadCluster(*top.Find("cluster"), &plan.cluster, &plan.contention));
+  // cluster.calibration is read last: its fitted costs replace the host and contention
+  // sections' values.
+  std::optional<Entry> calibration;
+  if (const Entry* cluster = top.Find("cluster"); cluster->value.IsMap()) {
+    for (const auto& pair : cluster->value) {
+      if (pair.first.IsScalar() && pair.first.Scalar() == "calibration") {
+        calibration = Entry{"calibration", pair.first, pair.second};
+      }
+    }
+  }
   // After the cluster: the dtype is checked against the GPU.
   const Entry* training = top.Find("training");
   // Errors about the workload as a whole point at the training section, or else at the model.
@@ -1780,6 +1795,7 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
                  "micro_batch_size x per-token width)",
                  fmt::format("about {:.3g}", tokens * per_token));
   }
+  if (calibration) SHARDSCOPE_RETURN_IF_ERROR(ReadCalibration(*calibration, &plan));
   // Last: its variants are whole plans read like this one.
   if (const Entry* e = top.Find("divergence")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadDivergence(*e, text, &plan));
@@ -2020,6 +2036,31 @@ Status PlanParser::ReadDivergence(const Entry& entry, const std::string& text, P
   std::sort(variants.begin(), variants.end(),
             [](const RankVariant& a, const RankVariant& b) { return a.ranks.front() < b.ranks.front(); });
   plan->divergence.variants = std::move(variants);
+  return Status::Ok();
+}
+
+Status PlanParser::ReadCalibration(const Entry& entry, Plan* plan) const {
+  std::string path;
+  SHARDSCOPE_RETURN_IF_ERROR(
+      ReadString(entry, "cluster.calibration", "the path of a profile written by `shardscope calibrate`", &path));
+  // Relative to the plan's folder, so a plan and its profile move together.
+  std::filesystem::path resolved(path);
+  if (resolved.is_relative() && !source_.empty() && source_.front() != '<') {
+    resolved = std::filesystem::path(source_).parent_path() / resolved;
+  }
+  StatusOr<CalibrationProfile> profile = ReadCalibrationProfile(resolved.string());
+  if (!profile.ok()) {
+    return Error(MarkOf(entry), "cluster.calibration", "a readable calibration profile", profile.status().message());
+  }
+  if (!profile->gpu.empty() && profile->gpu != plan->cluster.gpu.name) {
+    return Error(MarkOf(entry), "cluster.calibration",
+                 fmt::format("a profile measured on the cluster's GPU ({}): efficiencies are fractions of that "
+                             "GPU's peak",
+                             plan->cluster.gpu.name),
+                 fmt::format("a profile of {}", profile->gpu));
+  }
+  plan->calibration = resolved.string();
+  ApplyCalibration(*profile, plan->host, plan->contention);
   return Status::Ok();
 }
 

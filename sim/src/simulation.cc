@@ -2,6 +2,8 @@
 // report.json and the printed summary.
 #include "shardscope/sim/simulation.h"
 
+#include "shardscope/sim/calibration.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -153,6 +155,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   for (const auto& [rank, bytes] : plan.memory.reserved_by_others_per_rank) {
     m[fmt::format("allocator.reserved_by_others_bytes.{}", rank)] = std::to_string(bytes);
   }
+  if (!plan.calibration.empty()) m["cluster.calibration"] = plan.calibration;
   // divergence.slowdown: a straggler's factor, read back into EngineConfig::rank_slowdown.
   for (const auto& [rank, factor] : plan.divergence.slowdown) {
     m[fmt::format("divergence.slowdown.{}", rank)] = Num(factor);
@@ -280,6 +283,15 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     }
     setup.rank_slowdown[rank] = factor;
   }
+  if (md.Has("cluster.calibration")) {
+    const std::string path = md.String("cluster.calibration", "");
+    StatusOr<CalibrationProfile> profile = ReadCalibrationProfile(path);
+    if (!profile.ok()) {
+      return Status::InvalidInput(
+          fmt::format("{}: /metadata/cluster.calibration: {}", label, profile.status().message()));
+    }
+    setup.calibration = std::make_shared<const CalibrationProfile>(std::move(profile).value());
+  }
   if (md.Has("oom.policy")) {
     const std::string policy = md.String("oom.policy", "raise");
     if (policy == "catch_and_sync") {
@@ -349,6 +361,11 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   config.oom_catch_and_sync = setup.oom.policy == OomPolicy::kCatchAndSync;
   config.rank_slowdown = setup.rank_slowdown;
   return config;
+}
+
+StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const Schedule& schedule, const SimulationSetup& setup) {
+  if (setup.calibration) return MakeCalibratedCostProvider(schedule, setup.cluster, *setup.calibration);
+  return std::unique_ptr<CostProvider>(std::make_unique<ClusterCostProvider>(schedule, setup.cluster));
 }
 
 // ---- Trace

@@ -255,6 +255,10 @@ struct Plan {
   MemoryPlan memory;
   OomConfig oom;
   DivergenceConfig divergence;
+  // cluster.calibration: a profile written by `shardscope calibrate` (calibration.h), the path
+  // resolved against the plan's folder. Its fitted launch cost and contention factors
+  // replace the plan's; the simulation costs kernels and collectives with it.
+  std::string calibration;
 };
 
 // The plan every rank would run without its divergence section (slowdowns and variants

@@ -21,6 +21,8 @@
 
 namespace shardscope::sim {
 
+struct CalibrationProfile;  // calibration.h
+
 // Everything besides the schedule that a simulation needs.
 struct SimulationSetup {
   std::string label;                  // plan file or schedule file, for reports
@@ -30,6 +32,9 @@ struct SimulationSetup {
   MemoryPlan memory;
   OomConfig oom;                      // metadata "oom.policy", "oom.sync_hooks"
   std::map<int32_t, double> rank_slowdown;  // metadata "divergence.slowdown.<rank>" (stragglers)
+  // metadata "cluster.calibration": the profile the costs come from (calibration.h); its
+  // launch cost and contention factors are already in `host` and `contention`.
+  std::shared_ptr<const CalibrationProfile> calibration;
   double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
   int64_t tokens_per_rank_step = 0;
 };
@@ -52,6 +57,11 @@ class ClusterCostProvider : public CostProvider {
   NcclModel nccl_;
   std::vector<CommTopology> topologies_;
 };
+
+// The cost provider a simulation of `schedule` uses: the calibrated one when the setup has a
+// profile (InvalidInput when it was measured on another GPU), else ClusterCostProvider.
+StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const traces::Schedule& schedule,
+                                                         const SimulationSetup& setup);
 
 // Device memory each rank's allocator may use: GPU memory - CUDA context and NCCL buffers -
 // memory reserved by other processes on that GPU.
