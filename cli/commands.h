@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "shardscope/sim/engine.h"
 #include "shardscope/traces/status.h"
 
 namespace shardscope::cli {
@@ -23,6 +24,10 @@ CommandRunner AddFitCommand(CLI::App& app);     // shardscope fit PLAN --search 
 CommandRunner AddCheckCommand(CLI::App& app);   // shardscope check PLAN (check_command.cc)
 CommandRunner AddImportCommand(CLI::App& app);  // shardscope import TRACE... -o DIR (import_command.cc)
 CommandRunner AddCalibrateCommand(CLI::App& app);  // shardscope calibrate MEASURED... --schedule S (calibrate_command.cc)
+CommandRunner AddRunCommand(CLI::App& app);     // shardscope run PLAN -o DIR (run_command.cc)
+
+// `--inject-oom RANK:OP_ID` (simulate, run): an allocate op of that rank; "" -> none.
+StatusOr<std::optional<sim::InjectedOom>> ParseInjectedOom(const std::string& spec, const traces::Schedule& schedule);
 
 // `--straggler RANK:FACTOR` values (simulate, check) -> rank -> slowdown factor (>= 1).
 StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::string>& specs, int32_t world);

@@ -71,6 +71,7 @@ struct SimulateOptions {
   std::string out_dir = "shardscope-out";
   std::string trace_ranks = "default";
   std::vector<std::string> stragglers;  // RANK:FACTOR
+  std::string inject_oom;               // RANK:OP_ID
   bool quiet = false;
 };
 
@@ -85,6 +86,7 @@ Status RunSimulate(const SimulateOptions& options) {
   // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
   SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
   for (const auto& [rank, factor] : flag_stragglers) config.rank_slowdown[rank] = factor;
+  SHARDSCOPE_ASSIGN_OR_RETURN(config.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
   if (!options.quiet && isatty(STDERR_FILENO)) {
     config.progress = [](double fraction) {
       std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
@@ -348,6 +350,8 @@ int main(int argc, char** argv) {
   simulate_cmd->add_option("--straggler", simulate.stragglers,
                            "RANK:FACTOR: that rank's kernels and copies run FACTOR (>= 1) x slower; repeatable. "
                            "The summary says what it costs (one more run without it)");
+  simulate_cmd->add_option("--inject-oom", simulate.inject_oom,
+                           "RANK:OP_ID: that allocate op fails as an out-of-memory (the fault of `check`; `run` takes the same)");
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages on stderr");
 
   std::string schedule_input, schedule_output;
@@ -379,7 +383,10 @@ int main(int argc, char** argv) {
   const shardscope::cli::CommandRunner memory_runner = shardscope::cli::AddMemoryCommand(app);
   const shardscope::cli::CommandRunner fit_runner = shardscope::cli::AddFitCommand(app);
   const shardscope::cli::CommandRunner check_runner = shardscope::cli::AddCheckCommand(app);
-  const std::vector<shardscope::cli::CommandRunner> more_runners = {shardscope::cli::AddImportCommand(app), shardscope::cli::AddCalibrateCommand(app)};
+  // Commands added after the first ones: each runner says whether its command ran.
+  const std::vector<shardscope::cli::CommandRunner> more_runners = {
+      shardscope::cli::AddImportCommand(app), shardscope::cli::AddCalibrateCommand(app),
+      shardscope::cli::AddRunCommand(app)};
 
   try {
     app.parse(argc, argv);
@@ -404,6 +411,8 @@ int main(int argc, char** argv) {
   if (std::optional<Status> ran = memory_runner()) status = *ran;
   if (std::optional<Status> ran = fit_runner()) status = *ran;
   if (std::optional<Status> ran = check_runner()) status = *ran;
-  for (const auto& runner : more_runners) if (std::optional<Status> ran = runner()) status = *ran;
+  for (const auto& runner : more_runners) {
+    if (std::optional<Status> ran = runner()) status = *ran;
+  }
   return status.ok() ? 0 : Fail(status);
 }

@@ -1,0 +1,122 @@
+// The execution plan: one rank's program of a schedule, resolved into what a backend needs
+// to run it, with no backend in sight (no MPI, no CUDA): streams with priorities, event
+// slots, the communicators to create (for every schedule communicator, on every rank, the
+// split color and key, since MPI_Comm_split and ncclCommSplit are collective over the
+// parent), the buffer each collective reads and writes, each allocation's bytes, and the
+// duration the simulator predicts for each kernel and copy.
+//
+//   SHARDSCOPE_ASSIGN_OR_RETURN(ExecutionPlan plan,
+//                               BuildExecutionPlan(schedule, rank, world_size, costs));
+//   for (const OpPlan& op : plan.ops) ...   // one entry per op of the rank's program
+//
+// The plan is built the same way by every backend, so the host backend (MPI, threads) and a
+// CUDA backend agree on communicator creation order and buffer sizes.
+#ifndef SHARDSCOPE_RUNTIME_EXECUTION_PLAN_H_
+#define SHARDSCOPE_RUNTIME_EXECUTION_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardscope/sim/engine.h"
+#include "shardscope/traces/schedule.h"
+#include "shardscope/traces/status.h"
+
+namespace shardscope::runtime {
+
+// MPI_UNDEFINED / NCCL_SPLIT_NOCOLOR: the rank is not in the group and gets no communicator.
+inline constexpr int32_t kNoColor = -1;
+
+struct StreamPlan {
+  std::string name;
+  int32_t priority = 0;  // CUDA convention: lower = higher priority
+};
+
+// One schedule communicator as every rank creates it. Creation is collective over the world,
+// so every rank creates every communicator, in index order (the order of
+// Schedule::communicators), and ranks outside it pass kNoColor.
+struct CommunicatorPlan {
+  int32_t index = 0;                // into Schedule::communicators
+  std::string name;
+  std::vector<int32_t> ranks;       // global ranks in NCCL rank order
+  // MPI_Comm_split(world, color, key): color = index for members (distinct per communicator,
+  // so two communicators with the same members still get separate handles), kNoColor
+  // otherwise; key = the rank's position in `ranks`, so communicator rank = NCCL rank.
+  int32_t color = kNoColor;
+  int32_t key = 0;
+  bool used = false;                // the rank's program issues collectives on it
+  // The largest send and receive buffers any collective of this rank needs on it: the
+  // communicator serializes its collectives, so one pair of buffers serves all of them.
+  int64_t max_send_bytes = 0;
+  int64_t max_recv_bytes = 0;
+};
+
+enum class OpClass : uint8_t {
+  kKernel,        // busy for duration_ns (scaled)
+  kMemcpy,        // busy for duration_ns (scaled)
+  kCollective,
+  kEventRecord,
+  kStreamWaitEvent,
+  kStreamSynchronize,
+  kDeviceSynchronize,
+  kEventSynchronize,
+  kHostWork,      // the host is busy for duration_ns (scaled)
+  kAllocate,
+  kFree,
+  kRecordStream,
+};
+
+// What one rank's collective moves, in elements of its dtype, following the meaning of
+// CollectiveOp::bytes (nccl-tests' size S): all_gather sends S/n and receives S;
+// reduce_scatter sends S and receives S/n; all_reduce, broadcast and reduce use a buffer of
+// S; all_to_all sends S in n equal parts and receives as much; send / recv move S.
+// Counts are floored when S does not divide evenly (FSDP pads its flat buffers to a multiple
+// of the world size: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, so lowered
+// schedules divide evenly; a hand-written schedule may not).
+struct CollectiveBuffers {
+  int64_t send_elements = 0;
+  int64_t recv_elements = 0;
+  int64_t element_bytes = 0;
+  int64_t send_bytes() const { return send_elements * element_bytes; }
+  int64_t recv_bytes() const { return recv_elements * element_bytes; }
+};
+
+struct OpPlan {
+  OpClass op_class = OpClass::kKernel;
+  int64_t op_id = 0;
+  int32_t stream = -1;              // the stream it runs on (-1: host-only ops)
+  int32_t event = -1;               // records, waits, event synchronize
+  int32_t tensor = -1;              // allocate, free, record_stream
+  int64_t bytes = 0;                // allocate: requested bytes; memcpy: bytes copied
+  int64_t duration_ns = 0;          // kernels and copies: the simulator's prediction at full
+                                    // speed; host work: its duration
+  // Collectives:
+  int32_t communicator = -1;        // into Schedule::communicators
+  int32_t peer_comm_rank = -1;      // send/recv peer or broadcast/reduce root, as a rank of
+                                    // the communicator (NCCL takes communicator ranks)
+  CollectiveBuffers buffers;
+};
+
+struct ExecutionPlan {
+  int32_t rank = 0;
+  int32_t world_size = 0;
+  const traces::Program* program = nullptr;  // owned by the schedule, which must outlive the plan
+  std::vector<StreamPlan> streams;           // StreamIndex -> stream
+  int32_t num_events = 0;
+  int32_t num_tensors = 0;
+  std::vector<CommunicatorPlan> communicators;  // every schedule communicator, index order
+  std::vector<OpPlan> ops;                   // one per op of the program, same order
+};
+
+// Resolves `rank`'s program. Fails (kInvalidInput) when the job's world size differs from the
+// schedule's ("schedule has 8 ranks, the job has 4"), when `rank` is outside the world, or
+// when the schedule does not validate. `costs` predicts kernel and copy durations.
+StatusOr<ExecutionPlan> BuildExecutionPlan(const traces::Schedule& schedule, int32_t rank, int32_t world_size,
+                                           const sim::CostProvider& costs);
+
+// Buffer sizes of one collective on a communicator of `group_size` ranks (see CollectiveBuffers).
+CollectiveBuffers BuffersFor(const traces::CollectiveOp& op, int32_t group_size);
+
+}  // namespace shardscope::runtime
+
+#endif  // SHARDSCOPE_RUNTIME_EXECUTION_PLAN_H_

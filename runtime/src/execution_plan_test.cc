@@ -1,0 +1,286 @@
+#include "shardscope/runtime/execution_plan.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "flight_recorder.h"
+
+namespace shardscope::runtime {
+namespace {
+
+using traces::CollectiveOp;
+using traces::CollectiveType;
+using traces::DType;
+
+// Durations chosen so each op's prediction is recognizable: a GEMM costs its m, a memcpy its bytes.
+class FakeCosts : public sim::CostProvider {
+ public:
+  int64_t KernelNs(const traces::ComputeDesc& desc) const override {
+    if (const auto* g = std::get_if<traces::GemmDesc>(&desc)) return g->m;
+    return 7;
+  }
+  int64_t MemcpyNs(traces::MemcpyKind, int64_t bytes) const override { return bytes; }
+  sim::CollectiveCost Collective(CollectiveType, int64_t, int32_t) const override { return {}; }
+};
+
+traces::Op MakeOp(int64_t id, traces::OpPayload payload) {
+  traces::Op op;
+  op.id = id;
+  op.payload = std::move(payload);
+  return op;
+}
+
+CollectiveOp Coll(CollectiveType type, traces::CommSlot slot, int64_t bytes, DType dtype, int32_t peer = -1) {
+  CollectiveOp c;
+  c.type = type;
+  c.comm = slot;
+  c.stream = 1;
+  c.bytes = bytes;
+  c.dtype = dtype;
+  c.peer = peer;
+  return c;
+}
+
+// Four ranks, one program. Communicators: 0 "world" {0,1,2,3}; 1 "pair" {2,3}; 2 "reversed"
+// {3,1} (NCCL rank order differs from global order); 3 "unused" {0,1}. Ranks 0 and 1 bind slot
+// "pair" to a communicator of their own... they are not in it, so the program only uses
+// "world" on every rank and "pair"/"reversed" on rank 3.
+traces::Schedule FourRankSchedule() {
+  traces::Schedule s;
+  s.communicators = {{"world", {0, 1, 2, 3}}, {"pair", {2, 3}}, {"reversed", {3, 1}}, {"unused", {0, 1}}};
+  traces::Program world_only;
+  world_only.name = "world_only";
+  world_only.streams = {{"compute", 0}, {"comm", -1}};
+  world_only.events = {"ag_done"};
+  world_only.tensors = {"buf"};
+  world_only.comm_slots = {"world"};
+  world_only.ops.push_back(MakeOp(10, traces::AllocateOp{0, 3000, 0}));
+  world_only.ops.push_back(MakeOp(11, Coll(CollectiveType::kAllGather, 0, 4096, DType::kBFloat16)));
+  world_only.ops.push_back(MakeOp(12, traces::EventRecordOp{0, 1}));
+  world_only.ops.push_back(MakeOp(13, traces::StreamWaitEventOp{0, 0}));
+  world_only.ops.push_back(MakeOp(14, traces::KernelOp{0, traces::GemmDesc{123, 8, 8, 1, DType::kBFloat16}}));
+  world_only.ops.push_back(MakeOp(15, Coll(CollectiveType::kReduceScatter, 0, 8192, DType::kFloat32)));
+  world_only.ops.push_back(MakeOp(16, traces::MemcpyOp{traces::MemcpyKind::kDeviceToHost, 0, 555}));
+  world_only.ops.push_back(MakeOp(17, traces::HostWorkOp{999}));
+  world_only.ops.push_back(MakeOp(18, traces::FreeOp{0}));
+  world_only.ops.push_back(MakeOp(19, traces::DeviceSynchronizeOp{}));
+
+  traces::Program rank3 = world_only;
+  rank3.name = "rank3";
+  rank3.comm_slots = {"world", "pair", "reversed"};
+  rank3.ops.push_back(MakeOp(20, Coll(CollectiveType::kAllReduce, 1, 1000, DType::kFloat16)));
+  rank3.ops.push_back(MakeOp(21, Coll(CollectiveType::kSend, 2, 64, DType::kInt8, /*peer=*/1)));
+  rank3.ops.push_back(MakeOp(22, Coll(CollectiveType::kBroadcast, 1, 256, DType::kFloat32, /*peer=*/2)));
+  rank3.ops.push_back(MakeOp(23, Coll(CollectiveType::kAllToAll, 0, 4000, DType::kFloat32)));
+
+  // rank 1 receives rank 3's send on "reversed"; rank 2 joins the "pair" all_reduce and broadcast.
+  traces::Program rank1 = world_only;
+  rank1.name = "rank1";
+  rank1.comm_slots = {"world", "reversed"};
+  rank1.ops.push_back(MakeOp(21, Coll(CollectiveType::kRecv, 1, 64, DType::kInt8, /*peer=*/3)));
+  traces::Program rank2 = world_only;
+  rank2.name = "rank2";
+  rank2.comm_slots = {"world", "pair"};
+  rank2.ops.push_back(MakeOp(20, Coll(CollectiveType::kAllReduce, 1, 1000, DType::kFloat16)));
+  rank2.ops.push_back(MakeOp(22, Coll(CollectiveType::kBroadcast, 1, 256, DType::kFloat32, /*peer=*/2)));
+
+  s.programs = {world_only, rank1, rank2, rank3};
+  s.ranks = {{0, {}}, {1, {}}, {2, {}}, {3, {}}};
+  EXPECT_TRUE(s.ResolveBindings().ok());
+  return s;
+}
+
+TEST(ExecutionPlan, RejectsAWorldSizeThatDiffersFromTheSchedule) {
+  const traces::Schedule s = FourRankSchedule();
+  FakeCosts costs;
+  auto plan = BuildExecutionPlan(s, 0, 2, costs);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidInput);
+  EXPECT_NE(plan.status().message().find("schedule has 4 ranks, the job has 2"), std::string::npos)
+      << plan.status().message();
+}
+
+TEST(ExecutionPlan, RejectsARankOutsideTheWorld) {
+  const traces::Schedule s = FourRankSchedule();
+  FakeCosts costs;
+  EXPECT_FALSE(BuildExecutionPlan(s, 4, 4, costs).ok());
+  EXPECT_FALSE(BuildExecutionPlan(s, -1, 4, costs).ok());
+}
+
+TEST(ExecutionPlan, EveryRankSplitsEveryCommunicatorWithColorAndNcclRankAsKey) {
+  const traces::Schedule s = FourRankSchedule();
+  FakeCosts costs;
+  auto plan3 = BuildExecutionPlan(s, 3, 4, costs);
+  ASSERT_TRUE(plan3.ok()) << plan3.status().message();
+  ASSERT_EQ(plan3->communicators.size(), 4u);
+  // rank 3: world position 3, pair {2,3} position 1, reversed {3,1} position 0, not in unused.
+  EXPECT_EQ(plan3->communicators[0].color, 0);
+  EXPECT_EQ(plan3->communicators[0].key, 3);
+  EXPECT_EQ(plan3->communicators[1].color, 1);
+  EXPECT_EQ(plan3->communicators[1].key, 1);
+  EXPECT_EQ(plan3->communicators[2].color, 2);
+  EXPECT_EQ(plan3->communicators[2].key, 0);
+  EXPECT_EQ(plan3->communicators[3].color, kNoColor);
+  EXPECT_TRUE(plan3->communicators[1].used);
+  EXPECT_FALSE(plan3->communicators[3].used);
+
+  auto plan0 = BuildExecutionPlan(s, 0, 4, costs);
+  ASSERT_TRUE(plan0.ok());
+  ASSERT_EQ(plan0->communicators.size(), 4u);  // even those it is not in: the split is collective
+  EXPECT_EQ(plan0->communicators[0].color, 0);
+  EXPECT_EQ(plan0->communicators[1].color, kNoColor);
+  EXPECT_EQ(plan0->communicators[2].color, kNoColor);
+  EXPECT_EQ(plan0->communicators[3].color, 3);  // a member, though it never uses it
+  EXPECT_EQ(plan0->communicators[3].key, 0);
+  EXPECT_FALSE(plan0->communicators[3].used);
+}
+
+TEST(ExecutionPlan, ResolvesStreamsEventsTensorsAndDurations) {
+  const traces::Schedule s = FourRankSchedule();
+  FakeCosts costs;
+  auto plan = BuildExecutionPlan(s, 0, 4, costs);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->streams.size(), 2u);
+  EXPECT_EQ(plan->streams[1].name, "comm");
+  EXPECT_EQ(plan->streams[1].priority, -1);
+  EXPECT_EQ(plan->num_events, 1);
+  EXPECT_EQ(plan->num_tensors, 1);
+  ASSERT_EQ(plan->ops.size(), 10u);
+  EXPECT_EQ(plan->ops[0].op_class, OpClass::kAllocate);
+  EXPECT_EQ(plan->ops[0].bytes, 3000);
+  EXPECT_EQ(plan->ops[0].tensor, 0);
+  EXPECT_EQ(plan->ops[2].op_class, OpClass::kEventRecord);
+  EXPECT_EQ(plan->ops[2].stream, 1);
+  EXPECT_EQ(plan->ops[3].op_class, OpClass::kStreamWaitEvent);
+  EXPECT_EQ(plan->ops[3].stream, 0);
+  EXPECT_EQ(plan->ops[4].op_class, OpClass::kKernel);
+  EXPECT_EQ(plan->ops[4].duration_ns, 123);  // the GEMM's m, from the cost provider
+  EXPECT_EQ(plan->ops[6].op_class, OpClass::kMemcpy);
+  EXPECT_EQ(plan->ops[6].duration_ns, 555);
+  EXPECT_EQ(plan->ops[7].op_class, OpClass::kHostWork);
+  EXPECT_EQ(plan->ops[7].duration_ns, 999);
+  EXPECT_EQ(plan->ops[8].op_class, OpClass::kFree);
+  EXPECT_EQ(plan->ops[9].op_class, OpClass::kDeviceSynchronize);
+  EXPECT_EQ(plan->ops[9].op_id, 19);
+}
+
+TEST(ExecutionPlan, CollectiveBuffersFollowTheNcclTestsSizeConvention) {
+  const traces::Schedule s = FourRankSchedule();
+  FakeCosts costs;
+  auto plan = BuildExecutionPlan(s, 3, 4, costs);
+  ASSERT_TRUE(plan.ok());
+  // all_gather of 4096 B bf16 on 4 ranks: 2048 elements gathered, 512 sent by each rank.
+  const OpPlan& ag = plan->ops[1];
+  EXPECT_EQ(ag.communicator, 0);
+  EXPECT_EQ(ag.buffers.element_bytes, 2);
+  EXPECT_EQ(ag.buffers.send_elements, 512);
+  EXPECT_EQ(ag.buffers.recv_elements, 2048);
+  // reduce_scatter of 8192 B fp32 on 4 ranks: 2048 elements in, 512 out.
+  const OpPlan& rs = plan->ops[5];
+  EXPECT_EQ(rs.buffers.send_elements, 2048);
+  EXPECT_EQ(rs.buffers.recv_elements, 512);
+  EXPECT_EQ(rs.buffers.recv_bytes(), 2048);
+  // all_reduce of 1000 B fp16 on "pair": 500 elements both ways.
+  const OpPlan& ar = plan->ops[10];
+  EXPECT_EQ(ar.communicator, 1);
+  EXPECT_EQ(ar.buffers.send_elements, 500);
+  EXPECT_EQ(ar.buffers.recv_elements, 500);
+  // send of 64 B to global rank 1 on "reversed" {3,1}: communicator rank 1.
+  const OpPlan& send = plan->ops[11];
+  EXPECT_EQ(send.communicator, 2);
+  EXPECT_EQ(send.peer_comm_rank, 1);
+  EXPECT_EQ(send.buffers.send_elements, 64);
+  EXPECT_EQ(send.buffers.recv_elements, 0);
+  // broadcast rooted at global rank 2 on "pair" {2,3}: root 0.
+  const OpPlan& bcast = plan->ops[12];
+  EXPECT_EQ(bcast.peer_comm_rank, 0);
+  EXPECT_EQ(bcast.buffers.recv_elements, 64);
+  // all_to_all of 4000 B fp32 sent by each rank: 1000 elements, 250 per peer, as many back.
+  const OpPlan& a2a = plan->ops[13];
+  EXPECT_EQ(a2a.buffers.send_elements, 1000);
+  EXPECT_EQ(a2a.buffers.recv_elements, 1000);
+  // One buffer pair per communicator, sized for its largest collective on this rank:
+  // world: max(1024 B ag send, 8192 B rs send, 4000 B a2a) = 8192; recv max(4096, 2048, 4000).
+  EXPECT_EQ(plan->communicators[0].max_send_bytes, 8192);
+  EXPECT_EQ(plan->communicators[0].max_recv_bytes, 4096);
+  // pair: all_reduce 1000 B both ways, broadcast 256 B.
+  EXPECT_EQ(plan->communicators[1].max_send_bytes, 1000);
+  EXPECT_EQ(plan->communicators[1].max_recv_bytes, 1000);
+  // reversed: the send only.
+  EXPECT_EQ(plan->communicators[2].max_send_bytes, 64);
+  EXPECT_EQ(plan->communicators[2].max_recv_bytes, 0);
+}
+
+TEST(ExecutionPlan, UnevenSizesAreFlooredToWholeElementsPerRank) {
+  CollectiveOp ag = Coll(CollectiveType::kAllGather, 0, 10, DType::kFloat32);  // 2 elements (+2 B)
+  const CollectiveBuffers b = BuffersFor(ag, 4);                             // 2 / 4 = 0 per rank
+  EXPECT_EQ(b.send_elements, 0);
+  EXPECT_EQ(b.recv_elements, 0);
+  CollectiveOp rs = Coll(CollectiveType::kReduceScatter, 0, 28, DType::kFloat32);  // 7 elements
+  const CollectiveBuffers r = BuffersFor(rs, 2);                                   // 3 out, 6 in
+  EXPECT_EQ(r.recv_elements, 3);
+  EXPECT_EQ(r.send_elements, 6);
+}
+
+// ---- Flight Recorder dump
+
+TEST(RuntimeFlightRecorder, WritesStatesSequenceNumbersAndTheBlockedCollective) {
+  const traces::Schedule s = FourRankSchedule();
+  // Rank 3 issued: all_gather (world #1, completed), reduce_scatter (world #2, started),
+  // all_reduce (pair #1, scheduled), send (reversed p2p #1, scheduled).
+  std::vector<FlightRecord> records = {
+      {1, 0, 1, 0, 1, 100, 200, 300},
+      {5, 0, 2, 0, 2, 400, 500, -1},
+      {10, 1, 1, 0, 1, 600, -1, -1},
+      {11, 2, 0, 1, 1, 700, -1, -1},
+  };
+  std::vector<FlightLane> lanes = {{0, 2, 2, 1}, {1, 1, 0, 0}, {2, 1, 0, 0}, {3, 0, 0, 0}};
+  FlightDumpContext context;
+  context.rank = 3;
+  context.reason = "watchdog timeout";
+  context.timeout_s = 5;
+  context.missing_ranks = {1};
+  const nlohmann::json j = nlohmann::json::parse(RuntimeFlightRecorderJson(s, records, lanes, context));
+  ASSERT_EQ(j["entries"].size(), 4u);
+  EXPECT_EQ(j["entries"][0]["state"], "completed");
+  EXPECT_EQ(j["entries"][0]["duration_ms"].get<double>(), 100 / 1e6);
+  EXPECT_EQ(j["entries"][0]["input_sizes"][0][0], 512);   // 4096 B bf16 / 4 ranks
+  EXPECT_EQ(j["entries"][0]["output_sizes"][0][0], 2048);
+  EXPECT_EQ(j["entries"][0]["input_dtypes"][0], "BFloat16");
+  EXPECT_EQ(j["entries"][1]["state"], "started");
+  EXPECT_EQ(j["entries"][1]["collective_seq_id"], 2);
+  EXPECT_EQ(j["entries"][1]["profiling_name"], "nccl:reduce_scatter");
+  EXPECT_EQ(j["entries"][1]["retired"], false);
+  EXPECT_EQ(j["entries"][2]["state"], "scheduled");
+  EXPECT_EQ(j["entries"][2]["process_group"][1], "pair");
+  EXPECT_EQ(j["entries"][3]["is_p2p"], true);
+  EXPECT_EQ(j["entries"][3]["p2p_seq_id"], 1);
+  EXPECT_EQ(j["entries"][3]["timeout_ms"], 5000);
+  // pg_status for the three communicators rank 3 is bound to (not "unused").
+  EXPECT_EQ(j["pg_status"].size(), 3u);
+  EXPECT_EQ(j["pg_status"]["0"]["last_enqueued_collective"], 2);
+  EXPECT_EQ(j["pg_status"]["0"]["last_completed_collective"], 1);
+  EXPECT_EQ(j["pg_config"]["2"]["ranks"], "[3, 1]");
+  EXPECT_EQ(j["shardscope"]["blocked_collective"]["collective_seq_id"], 2);
+  EXPECT_EQ(j["shardscope"]["blocked_collective"]["schedule_op_id"], 15);
+  EXPECT_EQ(j["shardscope"]["blocked_collective"]["state"], "started");
+  EXPECT_EQ(j["shardscope"]["missing_ranks"], nlohmann::json::array({1}));
+}
+
+TEST(RuntimeFlightRecorder, KeepsOnlyTheLastEntriesOfTheRingBuffer) {
+  const traces::Schedule s = FourRankSchedule();
+  std::vector<FlightRecord> records;
+  for (int64_t i = 1; i <= 5; ++i) records.push_back({1, 0, i, 0, i, i, i, i + 1});
+  FlightDumpContext context;
+  context.rank = 0;
+  context.entries_limit = 2;
+  const nlohmann::json j = nlohmann::json::parse(RuntimeFlightRecorderJson(s, records, {}, context));
+  ASSERT_EQ(j["entries"].size(), 2u);
+  EXPECT_EQ(j["entries"][0]["collective_seq_id"], 4);
+  EXPECT_EQ(j["entries"][0]["record_id"], 3);
+  EXPECT_TRUE(j["shardscope"]["blocked_collective"].is_null());
+  EXPECT_EQ(BlockedRecord(records), -1);
+}
+
+}  // namespace
+}  // namespace shardscope::runtime

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# `shardscope run --backend host` under mpirun: the runtime executes schedules with real MPI
+# collectives, its allocator peaks equal the simulator's (same policy), and a rank that runs
+# out of memory under the raise policy hangs its peers until the watchdog dumps a Flight
+# Recorder per rank that says what the simulator said.
+#
+# Usage: run_host_test.sh path/to/shardscope   (from the repository root)
+set -euo pipefail
+
+shardscope=$(realpath "$1")
+python=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# As root, Open MPI's mpirun refuses to start without these; --oversubscribe lets 4 ranks run
+# on a 2-core machine (Open MPI then yields in its busy-polling loops).
+mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe)
+# Under an ASan build: Open MPI's plugins leave allocations behind and are dlclose'd before
+# LeakSanitizer runs, so their leaks show as "<unknown module>" and cannot be suppressed by
+# library; leak detection is off for these MPI runs only (later ASAN_OPTIONS entries win).
+# ASan's memory errors and UBSan stay on; the runtime's unit tests keep leak detection.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+
+# ---- (a) the tiny golden schedule completes on 2 ranks; per-rank step times are measured and
+# the allocator peaks equal the simulator's prediction.
+golden=tests/golden/tiny-fsdp2-2gpu/schedule.json
+"$shardscope" simulate "$golden" -o "$work/sim2" -q --trace-ranks none > /dev/null
+if timeout 120 "${mpirun_cmd[@]}" -np 2 "$shardscope" run "$golden" -o "$work/run2" -q --warmup 1 --steps 2 \
+     --timeout 30 > "$work/run2.out" 2>&1; then
+  "$python" - "$work/sim2/report.json" "$work/run2/report.json" "$work/run2/host_timeline.json" <<'EOF' || fail "(a) report"
+import json, sys
+sim, run, timeline = (json.load(open(p)) for p in sys.argv[1:4])
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("  (a)", what); ok = False
+check(run["completed"] is True, "run did not complete")
+check(run["world_size"] == 2 and len(run["ranks"]) == 2, "expected 2 ranks")
+for key in ("shardscope_version", "source", "strategy", "model", "world_size", "cluster", "completed",
+            "step_time_ns", "memory", "hang", "ranks"):
+    check(key in run and key in sim, f"top-level key {key} missing")
+check(set(run["memory"]) == set(sim["memory"]), f"memory keys differ: {sorted(run['memory'])} vs {sorted(sim['memory'])}")
+for r_run, r_sim in zip(run["ranks"], sim["ranks"]):
+    times = r_run["step_times_ns"]
+    check(len(times) == 2 and all(t > 0 for t in times), f"rank {r_run['rank']}: step times {times}")
+    check(r_run["step_time_ns"] in times, f"rank {r_run['rank']}: step_time_ns is not one of its steps")
+    # The same policy over the same program order: the same peaks, byte for byte.
+    for key in ("peak_reserved_bytes", "peak_allocated_bytes", "capacity_bytes", "num_alloc_retries", "num_ooms"):
+        check(r_run[key] == r_sim[key], f"rank {r_run['rank']}: {key} run {r_run[key]} != simulated {r_sim[key]}")
+check(run["memory"]["peak_reserved_bytes"] == sim["memory"]["peak_reserved_bytes"], "peak reserved differs")
+# The measured host timeline: both ranks, slices that carry the schedule's op ids.
+slices = [e for e in timeline["traceEvents"] if e.get("ph") == "X"]
+check({e["pid"] for e in slices} == {0, 1}, "timeline: expected slices of ranks 0 and 1")
+check(all("op id" in e["args"] for e in slices), "timeline: a slice without an op id")
+check(any(e.get("args", {}).get("Collective name") == "all_gather" for e in slices), "timeline: no all_gather slice")
+sys.exit(0 if ok else 1)
+EOF
+else
+  fail "(a) mpirun -np 2 run $golden exited non-zero:"; cat "$work/run2.out"
+fi
+
+# ---- (b) the acceptance test: 4 ranks, rank 2 runs out of memory (injected) in forward under
+# the raise policy. Its peers wait in the next all_gather; the watchdog (5 s) fires, every rank
+# dumps its flight recorder, the job aborts non-zero, and the dumps agree with the simulator's
+# hang report: the same blocked collective and per-communicator sequence numbers.
+sed 's/gpus_per_node: 2/gpus_per_node: 4/' examples/tiny-fsdp2-2gpu.yaml > "$work/tiny4.yaml"
+# op 52 of rank 2: allocate activations.layers.0 in forward (after the layers.0 all_gather,
+# all_gather #2 on dp_shard, was issued): `shardscope schedule --listing --rank 2` shows it.
+"$shardscope" simulate "$work/tiny4.yaml" --inject-oom 2:52 -o "$work/sim4" -q --trace-ranks none > /dev/null
+start=$(date +%s)
+set +e
+timeout 120 "${mpirun_cmd[@]}" -np 4 "$shardscope" run "$work/tiny4.yaml" -o "$work/run4" -q --warmup 0 --steps 1 \
+  --timeout 5 --inject-oom 2:52 > "$work/run4.out" 2>&1
+rc=$?
+set -e
+elapsed=$(( $(date +%s) - start ))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+  fail "(b) expected the watchdog to abort the job (non-zero, not the test's timeout), got exit $rc"; cat "$work/run4.out"
+fi
+grep -q "rank 2: out of memory at op 52 (injected)" "$work/run4.out" || fail "(b) no OOM message for rank 2"
+grep -q "watchdog timeout" "$work/run4.out" || fail "(b) no watchdog message"
+"$python" - "$work/sim4" "$work/run4/flight_recorder" <<'EOF' || { fail "(b) flight recorder dumps"; cat "$work/run4.out"; }
+import json, os, sys
+sim_dir, run_dir = sys.argv[1:3]
+sim_report = json.load(open(os.path.join(sim_dir, "report.json")))
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("  (b)", what); ok = False
+watchdog = sim_report["hang_report"]["watchdog"]
+check(sim_report["hang"] is True, "the simulator does not predict a hang")
+def pending(entries):
+    return [(e["pg_id"], e["collective_seq_id"], e["p2p_seq_id"], e["profiling_name"], e["state"])
+            for e in entries if e["state"] != "completed"]
+for rank in range(4):
+    path = os.path.join(run_dir, f"rank_{rank}.json")
+    if not os.path.exists(path):
+        check(False, f"rank {rank}: no dump {path}"); continue
+    run = json.load(open(path))
+    sim = json.load(open(os.path.join(sim_dir, f"flight_recorder_rank{rank}.json")))
+    check(run["pg_config"] == sim["pg_config"], f"rank {rank}: pg_config differs")
+    check(run["pg_status"] == sim["pg_status"], f"rank {rank}: pg_status {run['pg_status']} != simulated {sim['pg_status']}")
+    check(pending(run["entries"]) == pending(sim["entries"]),
+          f"rank {rank}: unfinished entries {pending(run['entries'])} != simulated {pending(sim['entries'])}")
+    blocked = run["shardscope"]["blocked_collective"]
+    if rank == 2:
+        check(blocked is None, "rank 2 (out of memory) should not be blocked in a collective")
+        check("out of memory at op 52" in run["shardscope"]["host"], f"rank 2 host: {run['shardscope']['host']}")
+    else:
+        # The collective the simulator's watchdog times out: all_gather #3 on dp_shard, where
+        # ranks 0, 1, 3 wait for rank 2.
+        check(blocked is not None and blocked["process_group"] == watchdog["communicator"]
+              and blocked["collective_seq_id"] == watchdog["collective_seq_id"]
+              and blocked["state"] == "started",
+              f"rank {rank}: blocked in {blocked}, simulated {watchdog['collective']}")
+        check(run["shardscope"]["missing_ranks"] == [2], f"rank {rank}: missing {run['shardscope']['missing_ranks']}")
+sys.exit(0 if ok else 1)
+EOF
+echo "  (b) watchdog test took ${elapsed} s"
+
+# ---- (c) errors: the world size must match the schedule; no CUDA backend in this build.
+set +e
+timeout 60 "${mpirun_cmd[@]}" -np 2 "$shardscope" run "$work/tiny4.yaml" -o "$work/bad" -q > "$work/bad.out" 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "(c) world size mismatch: expected exit 2, got $rc"
+grep -q "schedule has 4 ranks, the job has 2" "$work/bad.out" || fail "(c) no world-size message"
+set +e
+"$shardscope" run "$golden" -o "$work/cuda" --backend cuda > "$work/cuda.out" 2>&1
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "(c) --backend cuda: expected exit 2, got $rc"
+grep -q "no CUDA backend" "$work/cuda.out" || fail "(c) --backend cuda: no message"
+[ ! -e "$work/cuda/report.json" ] || fail "(c) --backend cuda wrote a report"
+
+if [ "$failures" -ne 0 ]; then
+  echo "run_host_test: $failures failure(s)"
+  exit 1
+fi
+echo "run_host_test: ok"
