@@ -21,6 +21,7 @@ using CommandRunner = std::function<std::optional<Status>()>;
 CommandRunner AddMemoryCommand(CLI::App& app);  // shardscope memory PLAN
 CommandRunner AddFitCommand(CLI::App& app);     // shardscope fit PLAN --search ...
 CommandRunner AddCheckCommand(CLI::App& app);   // shardscope check PLAN (check_command.cc)
+CommandRunner AddDiffCommand(CLI::App& app);    // shardscope diff PREDICTED MEASURED (diff_command.cc)
 
 // `--straggler RANK:FACTOR` values (simulate, check) -> rank -> slowdown factor (>= 1).
 StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::string>& specs, int32_t world);

@@ -358,6 +358,7 @@ int main(int argc, char** argv) {
   const shardscope::cli::CommandRunner memory_runner = shardscope::cli::AddMemoryCommand(app);
   const shardscope::cli::CommandRunner fit_runner = shardscope::cli::AddFitCommand(app);
   const shardscope::cli::CommandRunner check_runner = shardscope::cli::AddCheckCommand(app);
+  const shardscope::cli::CommandRunner diff_runner = shardscope::cli::AddDiffCommand(app);
 
   try {
     app.parse(argc, argv);
@@ -382,5 +383,6 @@ int main(int argc, char** argv) {
   if (std::optional<Status> ran = memory_runner()) status = *ran;
   if (std::optional<Status> ran = fit_runner()) status = *ran;
   if (std::optional<Status> ran = check_runner()) status = *ran;
+  if (std::optional<Status> ran = diff_runner()) status = *ran;
   return status.ok() ? 0 : Fail(status);
 }
