@@ -24,6 +24,7 @@ CommandRunner AddFitCommand(CLI::App& app);     // shardscope fit PLAN --search 
 CommandRunner AddCheckCommand(CLI::App& app);   // shardscope check PLAN (check_command.cc)
 CommandRunner AddImportCommand(CLI::App& app);  // shardscope import TRACE... -o DIR (import_command.cc)
 CommandRunner AddCalibrateCommand(CLI::App& app);  // shardscope calibrate MEASURED... --schedule S (calibrate_command.cc)
+CommandRunner AddDiffCommand(CLI::App& app);    // shardscope diff PREDICTED MEASURED (diff_command.cc)
 CommandRunner AddRunCommand(CLI::App& app);     // shardscope run PLAN -o DIR (run_command.cc)
 
 // `--inject-oom RANK:OP_ID` (simulate, run): an allocate op of that rank; "" -> none.

@@ -1,0 +1,80 @@
+// `shardscope diff PREDICTED MEASURED -o DIR`: the predicted-vs-measured timeline diff
+// (traces/diff.h). Each side is a trace file, a directory holding trace.json (what
+// `shardscope simulate -o DIR` writes), or a directory of per-rank *.json traces. Writes
+// DIR/trace.json (both timelines side by side for Perfetto), DIR/report.md and
+// DIR/report.json, and prints the headline. Exit 0, 2 on bad input, 1 on I/O failure.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "shardscope/traces/diff.h"
+
+namespace shardscope::cli {
+namespace {
+
+struct DiffCommandOptions {
+  std::string predicted;
+  std::string measured;
+  std::string out_dir = "shardscope-diff";
+  int top_n = 20;
+  int rank = -1;
+};
+
+Status RunDiff(const DiffCommandOptions& options) {
+  if (options.top_n < 0) return Status::InvalidInput(fmt::format("--top: expected >= 0, got {}", options.top_n));
+  if (options.rank < -1) return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide predicted, traces::LoadDiffSide(options.predicted));
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide measured, traces::LoadDiffSide(options.measured));
+  traces::DiffOptions diff_options;
+  diff_options.top_n = options.top_n;
+  diff_options.rank = options.rank;
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffResult diff, traces::Diff(predicted, measured, diff_options));
+  if (diff.predicted.events.empty() && diff.measured.events.empty()) {
+    return Status::InvalidInput(options.rank >= 0 ? fmt::format("--rank {}: neither trace has events of that rank", options.rank)
+                                                  : fmt::format("{} and {}: neither trace has events", options.predicted,
+                                                                options.measured));
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteDiffOutputs(predicted, measured, diff, options.out_dir, diff_options));
+  const int64_t p = diff.predicted.step_ns;
+  const int64_t m = diff.measured.step_ns;
+  std::cout << fmt::format("step: predicted {:.3f} ms, measured {:.3f} ms, difference {:+.3f} ms ({:+.1f}%)\n",
+                           static_cast<double>(p) * 1e-6, static_cast<double>(m) * 1e-6,
+                           static_cast<double>(m - p) * 1e-6,
+                           p > 0 ? 100.0 * static_cast<double>(m - p) / static_cast<double>(p) : 0.0);
+  int64_t unmatched_p = 0;
+  int64_t unmatched_m = 0;
+  for (int32_t j : diff.predicted.match) unmatched_p += j < 0 ? 1 : 0;
+  for (int32_t i : diff.measured.match) unmatched_m += i < 0 ? 1 : 0;
+  std::cout << fmt::format("matched {} ops ({} by op id, {} anchors, {} by name); unmatched {} predicted, {} measured\n",
+                           diff.matched(), diff.matched_by_op_id, diff.matched_by_anchor, diff.matched_by_name,
+                           unmatched_p, unmatched_m);
+  std::cout << fmt::format("wrote {0}/trace.json (open in https://ui.perfetto.dev), {0}/report.md, {0}/report.json\n",
+                           options.out_dir);
+  return Status::Ok();
+}
+
+}  // namespace
+
+CommandRunner AddDiffCommand(CLI::App& app) {
+  auto options = std::make_shared<DiffCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "diff", "Compare a predicted and a measured timeline: matched ops, errors by class, critical paths (docs/DIFF.md)");
+  cmd->add_option("predicted", options->predicted,
+                  "Predicted trace: a file, a directory with trace.json, or a directory of per-rank *.json")
+      ->required();
+  cmd->add_option("measured", options->measured, "Measured trace (same forms)")->required();
+  cmd->add_option("-o,--output", options->out_dir, "Directory for trace.json, report.md and report.json")
+      ->capture_default_str();
+  cmd->add_option("--top", options->top_n, "Ops listed by contribution to the step-time difference")
+      ->capture_default_str();
+  cmd->add_option("--rank", options->rank, "Compare this rank only");
+  return [cmd, options]() -> std::optional<Status> {
+    if (!*cmd) return std::nullopt;
+    return RunDiff(*options);
+  };
+}
+
+}  // namespace shardscope::cli
