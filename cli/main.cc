@@ -133,25 +133,13 @@ Status RunSimulate(const SimulateOptions& options) {
       SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
     }
   }
-  // A hang: mark where each traced blocked rank's streams wait, then write Flight Recorder
-  // dumps for the blocked ranks (a second, deterministic run records their collectives).
+  // A hang: draw the wait-for graph on the traced ranks (slices where they wait, flows to what
+  // they wait for), then write Flight Recorder dumps for the blocked ranks (a second,
+  // deterministic run records their collectives).
   std::vector<int32_t> dumped;
   if (result.hung) {
-    for (const sim::BlockedRank& blocked : result.blocked) {
-      if (std::find(first_ranks.begin(), first_ranks.end(), blocked.rank) == first_ranks.end()) continue;
-      for (size_t i = 0; i < blocked.stream_states.size() && i < blocked.streams.size(); ++i) {
-        const sim::BlockedStream& s = blocked.stream_states[i];
-        traces::Instant instant;
-        instant.pid = blocked.rank;
-        instant.tid = 1 + s.stream;
-        instant.ts_ns = s.collective && s.collective->arrived_ns >= 0 ? s.collective->arrived_ns : result.makespan_ns;
-        instant.name = "hang: " + blocked.streams[i];
-        instant.category = "hang";
-        instant.scope = 't';
-        instant.args.push_back({"op_id", s.op_id});
-        writer->OnInstant(instant);
-      }
-    }
+    sim::WriteHangTrace(schedule, result, sim::AnalyzeHang(schedule, result),
+                        by_default ? sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node) : first_ranks, *writer);
     constexpr size_t kMaxFlightRecorderDumps = 64;
     dumped = sim::FlightRecorderRanks(result, kMaxFlightRecorderDumps);
     sim::CollectiveRecorder collectives(schedule, dumped);

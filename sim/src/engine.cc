@@ -46,7 +46,9 @@ struct StreamState {
   int64_t waiting_record = -1;    // head is a wait on this record
   bool at_rendezvous = false;     // head is a collective that arrived (waiting for peers) or runs
   bool waiting_turn = false;      // head is a collective behind an earlier op of its communicator
-  int64_t arrived_ns = -1;        // when the head collective arrived (kept for hang reports)
+  int64_t arrived_ns = -1;        // when the head collective arrived (kept for hang reports
+                                  // and straggler attribution)
+  int64_t waiting_since = -1;     // when the head began waiting for its turn or an event
   int64_t wake_at = -1;           // a StreamWake is queued for this time
   bool Idle() const { return queue.empty() && running_activity < 0; }
 };
@@ -151,6 +153,7 @@ struct Rendezvous {
   int64_t seq = 0;                   // the next collective sequence number of the communicator
   std::vector<Participant> arrived;
   const CollectiveOp* first = nullptr;
+  int64_t max_bytes = 0;             // the largest member's bytes (all_to_all may differ)
   bool mismatch = false;
 };
 
@@ -267,7 +270,8 @@ class Engine {
   void ArriveCollective(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
   void ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
   void StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
-                       int64_t seq);
+                       int64_t bytes, int64_t seq);
+  void AttributeWaits(const std::vector<Participant>& members);
   void StartCompute(RankState& r, int32_t stream, const QueueItem& item, int64_t work_ns,
                     ActivityKind kind);
   void FinishActivity(int32_t id);
@@ -471,6 +475,13 @@ StatusOr<SimulationResult> Engine::Run() {
     result.makespan_ns = std::max(result.makespan_ns, r.stats.end_ns);
     result.step_ns = std::max(result.step_ns, r.stats.step_end_ns);
     result.ranks.push_back(std::move(r.stats));
+  }
+  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
+    const RankStats& stats = result.ranks[rank];
+    if (stats.collective_wait_caused_ns < kStragglerMinWaitNs) continue;
+    if (result.straggler && stats.collective_wait_caused_ns <= result.straggler->wait_caused_ns) continue;
+    result.straggler = Straggler{static_cast<int32_t>(rank), stats.last_arrivals, stats.collectives,
+                                 stats.collective_wait_caused_ns};
   }
   if (result.hung) {
     // Collectives some members reached: who arrived, with what (the hang report's input).
@@ -1023,6 +1034,7 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
         }
       } else {
         s.waiting_turn = true;  // an earlier op of this communicator has not finished
+        s.waiting_since = now_;
       }
       return;
     }
@@ -1038,6 +1050,7 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
         continue;
       }
       s.waiting_record = item.aux;
+      s.waiting_since = now_;
       return;
     }
     // Nothing else is ever enqueued.
@@ -1089,11 +1102,19 @@ void Engine::ArriveCollective(RankState& r, int32_t stream, const QueueItem& ite
                               const CollectiveOp& op) {
   const int32_t comm = r.comm_of_slot[static_cast<size_t>(op.comm)];
   Rendezvous& rv = rendezvous_[static_cast<size_t>(comm)];
+  // all_to_all may move different amounts per rank (torch.distributed.all_to_all_single with
+  // input/output split sizes; NCCL runs it as grouped ncclSend/ncclRecv, one pair per peer).
+  // Flight Recorder's analyzer accepts that too: it checks an all_to_all only by the totals
+  // over ranks (check_size_alltoall, torch/distributed/flight_recorder/components/utils.py).
+  const bool sizes_may_differ = op.type == CollectiveType::kAllToAll;
   if (rv.arrived.empty()) {
     rv.first = &op;
-  } else if (op.type != rv.first->type || op.bytes != rv.first->bytes || op.dtype != rv.first->dtype) {
+    rv.max_bytes = op.bytes;
+  } else if (op.type != rv.first->type || op.dtype != rv.first->dtype ||
+             (op.bytes != rv.first->bytes && !sizes_may_differ)) {
     rv.mismatch = true;  // NCCL would hang or corrupt memory: never start it
   }
+  rv.max_bytes = std::max(rv.max_bytes, op.bytes);
   rv.arrived.push_back(Participant{r.rank, stream, item.op_index});
   const auto& members = schedule_.communicators[static_cast<size_t>(comm)].ranks;
   if (rv.arrived.size() < members.size() || rv.mismatch) return;
@@ -1101,7 +1122,9 @@ void Engine::ArriveCollective(RankState& r, int32_t stream, const QueueItem& ite
   rv.arrived.clear();
   const CollectiveOp& first = *rv.first;
   rv.first = nullptr;
-  StartCollective(comm, std::move(participants), first, rv.seq++);
+  // Every member's grouped send/recv ends only when its slowest pair has: the instance is
+  // costed with the largest member's bytes (equal to every member's outside all_to_all).
+  StartCollective(comm, std::move(participants), first, rv.max_bytes, rv.seq++);
 }
 
 void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op) {
@@ -1124,15 +1147,39 @@ void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, cons
       OpOf(ranks_[static_cast<size_t>(send_rank)], pending.send.op_index).payload);
   const int64_t seq = pending.seq++;
   pending.has_send = pending.has_recv = false;
-  StartCollective(comm, std::move(members), send_op, seq);
+  StartCollective(comm, std::move(members), send_op, send_op.bytes, seq);
+}
+
+// The instance starts now, when its last member arrived: who was last, and for how long the
+// others had waited (see RankStats::last_arrivals). O(members), no allocation.
+void Engine::AttributeWaits(const std::vector<Participant>& members) {
+  int32_t last_rank = -1;
+  int32_t arrived_now = 0;
+  int64_t waited_ns = 0;
+  for (const Participant& p : members) {
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    ++r.stats.collectives;
+    const int64_t arrived = r.streams[static_cast<size_t>(p.stream)].arrived_ns;
+    if (arrived >= now_) {
+      ++arrived_now;
+      last_rank = p.rank;
+    } else {
+      waited_ns += now_ - arrived;
+    }
+  }
+  if (arrived_now != 1) return;  // a tie: nobody was late
+  RankStats& late = ranks_[static_cast<size_t>(last_rank)].stats;
+  ++late.last_arrivals;
+  late.collective_wait_caused_ns += waited_ns;
 }
 
 void Engine::StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
-                             int64_t seq) {
-  const CostKey key{comm, op.type, op.bytes};
+                             int64_t bytes, int64_t seq) {
+  AttributeWaits(members);
+  const CostKey key{comm, op.type, bytes};
   auto cached = cost_cache_.find(key);
   if (cached == cost_cache_.end()) {
-    cached = cost_cache_.emplace(key, costs_.Collective(op.type, op.bytes, comm)).first;
+    cached = cost_cache_.emplace(key, costs_.Collective(op.type, bytes, comm)).first;
   }
   const int32_t id = NewActivity();
   Activity& a = activities_[static_cast<size_t>(id)];
@@ -1425,6 +1472,11 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
     case HostWait::kStopped:
       host.reason = HostBlockReason::kOutOfMemory;
       host.since_ns = r.host.clock;
+      if (r.oom_caught) {  // waits for its OOM-flag collective (see EngineConfig)
+        host.oom_caught = true;
+        host.oom_sync_op_index = r.oom_resume_pc;
+        host.stream = std::get<CollectiveOp>(OpOf(r, r.oom_resume_pc).payload).stream;
+      }
       break;
     default: host.reason = HostBlockReason::kOther; break;
   }
@@ -1497,8 +1549,10 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
     if (auto it = pending_at.find(head.op_index); it != pending_at.end()) state.collective = it->second;
     if (s.at_rendezvous) {
       state.reason = StreamWaitReason::kRendezvous;
+      state.since_ns = s.arrived_ns;
     } else if (s.waiting_turn) {
       state.reason = StreamWaitReason::kCommunicatorTurn;
+      state.since_ns = s.waiting_since;
       // The communicator's next op on this rank: the unfinished one with the lowest lane index.
       const auto& coll = std::get<CollectiveOp>(OpOf(r, head.op_index).payload);
       const int32_t lane = r.lane_of_slot[static_cast<size_t>(coll.comm)];
@@ -1514,6 +1568,7 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
       }
     } else if (s.waiting_record >= 0) {
       state.reason = StreamWaitReason::kEventRecord;
+      state.since_ns = s.waiting_since;
       if (const auto* wait = std::get_if<traces::StreamWaitEventOp>(&OpOf(r, head.op_index).payload)) state.event = wait->event;
       find_record(s.waiting_record, state.record_stream, state.record_op_index);
     }

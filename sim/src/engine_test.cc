@@ -521,6 +521,146 @@ TEST(EngineFaultTest, StragglerKernelsAndCopiesTakeFactorTimesLonger) {
   EXPECT_EQ(b.Run(config).makespan_ns, 200);
 }
 
+// ---- Straggler attribution (RankStats::last_arrivals, SimulationResult::straggler)
+
+TEST(EngineStragglerTest, TheRankWithExtraWorkBeforeACollectiveIsNamed) {
+  // Four ranks, three all_reduces of 50 ns on stream 0. Rank 2 first runs 100 us of host work;
+  // rank 1 runs a 40 us kernel before the third all_reduce.
+  //   ranks 0,1,3 launch #1 at [0,10] and arrive at 10; rank 2 launches it at [100000,100010]
+  //   and arrives at 100010: #1 runs 100010..100060; rank 2 arrived last, alone, and each of
+  //   the other three waited 100000 ns: 300000 ns caused.
+  //   #2 (launched long before) reaches every stream's head when #1 ends, at 100060: a tie,
+  //   nobody is late. It runs to 100110.
+  //   Rank 1's kernel runs 100110..140110; ranks 0, 2, 3 reach #3 at 100110, rank 1 at 140110:
+  //   3 x 40000 = 120000 ns caused by rank 1.
+  Builder b(4);
+  b.Add(2, HostWorkOp{100'000});
+  for (int r = 0; r < 4; ++r) {
+    b.Coll(r, 0, 50).Coll(r, 0, 50);
+    if (r == 1) b.Kernel(r, 0, 40'000);
+    b.Coll(r, 0, 50);
+  }
+  const SimulationResult result = b.Run(Launch10());
+  ASSERT_FALSE(result.hung);
+  EXPECT_EQ(result.makespan_ns, 140'160);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(result.ranks[static_cast<size_t>(r)].collectives, 3) << "rank " << r;
+  EXPECT_EQ(result.ranks[0].last_arrivals, 0);
+  EXPECT_EQ(result.ranks[0].collective_wait_caused_ns, 0);
+  EXPECT_EQ(result.ranks[1].last_arrivals, 1);
+  EXPECT_EQ(result.ranks[1].collective_wait_caused_ns, 120'000);
+  EXPECT_EQ(result.ranks[2].last_arrivals, 1);
+  EXPECT_EQ(result.ranks[2].collective_wait_caused_ns, 300'000);
+  EXPECT_EQ(result.ranks[3].last_arrivals, 0);
+  ASSERT_TRUE(result.straggler.has_value());
+  EXPECT_EQ(result.straggler->rank, 2);
+  EXPECT_EQ(result.straggler->last_arrivals, 1);
+  EXPECT_EQ(result.straggler->collectives, 3);
+  EXPECT_EQ(result.straggler->wait_caused_ns, 300'000);
+}
+
+TEST(EngineStragglerTest, IdenticalRanksHaveNoStraggler) {
+  // Every rank arrives at every collective at the same instant: ties, nothing attributed.
+  Builder b(4);
+  for (int r = 0; r < 4; ++r) b.Kernel(r, 0, 5'000).Coll(r, 0, 50).Kernel(r, 0, 5'000).Coll(r, 0, 50);
+  const SimulationResult result = b.Run(Launch10());
+  ASSERT_FALSE(result.hung);
+  EXPECT_FALSE(result.straggler.has_value());
+  for (const RankStats& r : result.ranks) {
+    EXPECT_EQ(r.collectives, 2);
+    EXPECT_EQ(r.last_arrivals, 0);
+    EXPECT_EQ(r.collective_wait_caused_ns, 0);
+  }
+}
+
+TEST(EngineStragglerTest, RankSlowdownNamesThatRank) {
+  // Three times: kernel 1000 ns, all_reduce 50 ns. Rank 3 runs 2x slower (EngineConfig::
+  // rank_slowdown): its kernels take 2000 ns, so at each all_reduce ranks 0-2 wait 1000 ns
+  // for it (kernel 1 ends at 1010 vs 2010; the all_reduce ends at 2060 on every rank and the
+  // next kernels start from there alike): 3 x 3 x 1000 = 9000 ns caused, last at 3 of 3.
+  Builder b(4);
+  for (int r = 0; r < 4; ++r) {
+    for (int i = 0; i < 3; ++i) b.Kernel(r, 0, 1'000).Coll(r, 0, 50);
+  }
+  EngineConfig config = Launch10();
+  config.rank_slowdown = {{3, 2.0}};
+  const SimulationResult result = b.Run(config);
+  ASSERT_TRUE(result.straggler.has_value());
+  EXPECT_EQ(result.straggler->rank, 3);
+  EXPECT_EQ(result.straggler->last_arrivals, 3);
+  EXPECT_EQ(result.straggler->collectives, 3);
+  EXPECT_EQ(result.straggler->wait_caused_ns, 9'000);
+  EXPECT_EQ(result.makespan_ns, 3 * (2'000 + 50) + 10);
+}
+
+TEST(EngineStragglerTest, ALateReceiverIsAttributedItsSendersWait) {
+  // The SendRecvPair schedule: rank 0 reaches its send at 10, rank 1 its recv at 35. The pair
+  // is an instance of two members: rank 1 arrived last and rank 0 waited 25 ns (below the 1 us
+  // needed to name a straggler).
+  Builder b(2);
+  b.P2p(0, CollectiveType::kSend, 1, 40);
+  b.Add(1, HostWorkOp{25}).P2p(1, CollectiveType::kRecv, 0, 40);
+  const SimulationResult result = b.Run(Launch10());
+  EXPECT_EQ(result.ranks[1].last_arrivals, 1);
+  EXPECT_EQ(result.ranks[1].collective_wait_caused_ns, 25);
+  EXPECT_EQ(result.ranks[0].collectives, 1);
+  EXPECT_FALSE(result.straggler.has_value());
+}
+
+// ---- all_to_all with uneven splits
+
+TEST(EngineTest, AllToAllWithDifferentSizesPerRankRunsAtTheLargest) {
+  // all_to_all_single with uneven splits: ranks send 100, 300 and 200 bytes (FakeCosts: bytes
+  // ns). Legal, no mismatch: it starts when all arrive at 10 and runs 300 ns, the largest
+  // member's, on every rank: 10..310.
+  Builder b(3);
+  b.Coll(0, 0, 100, CollectiveType::kAllToAll);
+  b.Coll(1, 0, 300, CollectiveType::kAllToAll);
+  b.Coll(2, 0, 200, CollectiveType::kAllToAll);
+  Recorder rec(b.schedule);
+  const SimulationResult result = b.Run(Launch10(), &rec);
+  ASSERT_FALSE(result.hung);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(rec.device.at({r, 0}), std::make_pair(int64_t{10}, int64_t{310})) << r;
+}
+
+TEST(EngineTest, DifferentSizesStayAMismatchOutsideAllToAll) {
+  for (CollectiveType type : {CollectiveType::kAllGather, CollectiveType::kReduceScatter,
+                              CollectiveType::kAllReduce, CollectiveType::kBroadcast}) {
+    Builder b(3);
+    for (int r = 0; r < 3; ++r) {
+      traces::CollectiveOp c;
+      c.type = type;
+      c.bytes = r == 1 ? 300 : 100;
+      c.peer = type == CollectiveType::kBroadcast ? 0 : -1;
+      b.Add(r, c);
+    }
+    const SimulationResult result = b.Run(Launch10());
+    ASSERT_TRUE(result.hung) << CollectiveTypeName(type);
+    ASSERT_EQ(result.rendezvous.size(), 1u);
+    EXPECT_TRUE(result.rendezvous[0].mismatch);
+    const HangReport report = AnalyzeHang(b.schedule, result);
+    ASSERT_EQ(report.causes.size(), 1u);
+    EXPECT_EQ(report.causes[0].kind, RootCauseKind::kMismatch);
+    const std::string name(CollectiveTypeName(type));
+    EXPECT_EQ(report.explanation[0], "rank 1 is in " + name + " #1 on 'world' (300 bytes, bf16) while ranks 0,2 are in " +
+                                         name + " #1 on 'world' (100 bytes, bf16): size mismatch (SIZE_OR_SYNTAX_MISMATCH)");
+  }
+  // An all_to_all's sizes may differ, its dtype may not: still a mismatch, named as a dtype one.
+  Builder b(2);
+  b.Coll(0, 0, 100, CollectiveType::kAllToAll);
+  traces::CollectiveOp c;
+  c.type = CollectiveType::kAllToAll;
+  c.bytes = 200;
+  c.dtype = DType::kFloat32;
+  b.Add(1, c);
+  const SimulationResult result = b.Run(Launch10());
+  ASSERT_TRUE(result.hung);
+  const HangReport report = AnalyzeHang(b.schedule, result);
+  ASSERT_EQ(report.causes.size(), 1u);
+  EXPECT_EQ(report.explanation[0],
+            "rank 0 is in all_to_all #1 on 'world' (bf16) while rank 1 is in all_to_all #1 on 'world' (fp32): dtype "
+            "mismatch (COLLECTIVE_DTYPE_MISMATCH)");
+}
+
 // ---- OOM policy catch_and_sync (EngineConfig::oom_catch_and_sync, Composer automicrobatching)
 
 // A 1-byte OOM-flag all_reduce (Composer's uint8 found_cuda_oom tensor), an agreement point.

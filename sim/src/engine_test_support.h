@@ -70,6 +70,16 @@ class ScheduleBuilder {
     c.bytes = bytes;
     return Add(rank, c);
   }
+  // A send to (or recv from) global rank `peer` on communicator slot `slot`, costing `bytes` ns.
+  ScheduleBuilder& P2p(int rank, traces::CollectiveType type, int peer, int64_t bytes, int slot = 0, int stream = 0) {
+    traces::CollectiveOp c;
+    c.type = type;
+    c.comm = slot;
+    c.stream = stream;
+    c.bytes = bytes;
+    c.peer = peer;
+    return Add(rank, c);
+  }
   // The same on the first communicator.
   ScheduleBuilder& Coll(int rank, int stream, int64_t bytes,
                         traces::CollectiveType type = traces::CollectiveType::kAllReduce) {

@@ -9,6 +9,10 @@
 //   stream  -> rendezvous (a collective that arrived) -> each member that has not arrived:
 //              the stream holding that member's next op of the communicator, or its host when
 //              it has not issued it.
+//   stream  -> the peer's position on the communicator, for a send or recv that arrived (NCCL
+//              pairs point-to-point ops; the peer has not reached the matching one)
+//   host    -> stream holding its OOM-flag collective, for a rank that caught an out-of-memory
+//              error under catch_and_sync (Composer reads the flag back with .item())
 // A rendezvous whose members arrived with different types, sizes or dtypes waits for nothing:
 // it never starts (NCCL would hang or corrupt memory), so it is a root. The minimal blocking
 // set is the set of sink components of the graph's condensation: every blocked vertex reaches
@@ -82,6 +86,19 @@ class Analyzer {
     return ProgramOf(rank).streams[static_cast<size_t>(stream)].name;
   }
   std::string OpText(int32_t rank, int32_t op_index) const;
+  // "all_gather #17 on 'dp'", or for p2p "send to rank 3 on 'pp' (p2p_seq_id 1)".
+  std::string PendingText(const PendingCollective& p) const;
+  const PendingCollective* PendingAt(int32_t rank, int32_t op_index) const;
+  const BlockedStream* StreamState(int32_t rank, int32_t stream) const;
+  // What the peer of a half-arrived send/recv does instead of the matching op.
+  std::string MissingP2pText(int32_t poster, int32_t peer, int32_t comm, CollectiveType posted) const;
+  // A rank that caught an out-of-memory error and waits in its OOM-flag collective, and what
+  // the other members of that communicator went on into instead.
+  std::string CaughtOomLine(int32_t rank) const;
+  bool OomCaught(int32_t rank) const {
+    auto it = blocked_.find(rank);
+    return it != blocked_.end() && it->second->host_state.oom_caught;
+  }
   // The unfinished collective at the head of a stream, described; empty when none.
   std::string HeadCollective(int32_t rank, int32_t stream) const;
   std::string DoingText(int32_t rank, int32_t comm) const;
@@ -150,14 +167,112 @@ std::string Analyzer::OpText(int32_t rank, int32_t op_index) const {
   return text;
 }
 
-std::string Analyzer::HeadCollective(int32_t rank, int32_t stream) const {
+std::string Analyzer::PendingText(const PendingCollective& p) const {
+  if (!IsP2p(p.type)) return CollectiveName(schedule_, p.type, p.communicator, p.seq);
+  return fmt::format("{} {} rank {} on '{}' (p2p_seq_id {})", traces::CollectiveTypeName(p.type),
+                     p.type == CollectiveType::kSend ? "to" : "from", p.peer,
+                     schedule_.communicators[static_cast<size_t>(p.communicator)].name, p.p2p_seq);
+}
+
+const PendingCollective* Analyzer::PendingAt(int32_t rank, int32_t op_index) const {
   auto it = blocked_.find(rank);
-  if (it == blocked_.end()) return "";
-  for (const BlockedStream& s : it->second->stream_states) {
-    if (s.stream != stream || !s.collective) continue;
-    return CollectiveName(schedule_, s.collective->type, s.collective->communicator, s.collective->seq);
+  if (it == blocked_.end()) return nullptr;
+  for (const auto& [index, pending] : it->second->pending) {
+    if (index == op_index) return &pending;
   }
-  return "";
+  return nullptr;
+}
+
+const BlockedStream* Analyzer::StreamState(int32_t rank, int32_t stream) const {
+  auto it = blocked_.find(rank);
+  if (it == blocked_.end()) return nullptr;
+  for (const BlockedStream& s : it->second->stream_states) {
+    if (s.stream == stream) return &s;
+  }
+  return nullptr;
+}
+
+std::string Analyzer::HeadCollective(int32_t rank, int32_t stream) const {
+  const BlockedStream* s = StreamState(rank, stream);
+  return s != nullptr && s->collective ? PendingText(*s->collective) : "";
+}
+
+std::string Analyzer::MissingP2pText(int32_t poster, int32_t peer, int32_t comm, CollectiveType posted) const {
+  const std::string_view wanted = posted == CollectiveType::kSend ? "recv" : "send";
+  const CollectiveType wanted_type = posted == CollectiveType::kSend ? CollectiveType::kRecv : CollectiveType::kSend;
+  auto it = blocked_.find(peer);
+  if (it == blocked_.end()) return fmt::format("rank {} never posted the matching {} (it finished its program)", peer, wanted);
+  const BlockedRank& b = *it->second;
+  // Issued: the matching op is queued behind the peer's earlier work, or the peer is in
+  // another op of the communicator.
+  bool matching_issued = false;
+  for (const auto& [op_index, pending] : b.pending) {
+    if (pending.communicator == comm && pending.type == wanted_type && pending.peer == poster) matching_issued = true;
+  }
+  for (const auto& [op_index, pending] : b.pending) {
+    if (pending.communicator != comm) continue;
+    const auto& coll = std::get<CollectiveOp>(ProgramOf(peer).ops[static_cast<size_t>(op_index)].payload);
+    const BlockedStream* s = StreamState(peer, coll.stream);
+    const bool at_head = s != nullptr && s->op_index == op_index;
+    if (matching_issued) {
+      const std::string head = HeadCollective(peer, coll.stream);
+      return fmt::format("rank {} issued the matching {} but its stream '{}' is behind {}", peer, wanted,
+                         StreamName(peer, coll.stream), head.empty() ? "other work" : head);
+    }
+    if (at_head) return fmt::format("rank {} has not posted the matching {}: it is in {}", peer, wanted, PendingText(pending));
+    const std::string head = HeadCollective(peer, coll.stream);
+    return fmt::format("rank {} has not posted the matching {}: its stream '{}' is behind {}", peer, wanted,
+                       StreamName(peer, coll.stream), head.empty() ? "other work" : head);
+  }
+  const BlockedHost& h = b.host_state;
+  switch (h.reason) {
+    case HostBlockReason::kOutOfMemory:
+      if (h.oom_caught) {
+        return fmt::format("rank {} never posted the matching {} (it caught an out-of-memory error at {} and waits "
+                           "in its OOM-flag collective)",
+                           peer, wanted, OpText(peer, h.op_index));
+      }
+      return fmt::format("rank {} never posted the matching {} (it stopped: out of memory at {})", peer, wanted,
+                         h.op_index >= 0 ? OpText(peer, h.op_index) : "an allocation");
+    case HostBlockReason::kFinished:
+      return fmt::format("rank {} never posted the matching {} (it finished issuing without one)", peer, wanted);
+    default:
+      return fmt::format("rank {} has not posted the matching {} yet (host blocked in {})", peer, wanted,
+                         b.host.rfind("blocked in ", 0) == 0 ? b.host.substr(11) : b.host);
+  }
+}
+
+std::string Analyzer::CaughtOomLine(int32_t rank) const {
+  const BlockedRank& b = *blocked_.at(rank);
+  const BlockedHost& h = b.host_state;
+  const PendingCollective* flag = PendingAt(rank, h.oom_sync_op_index);
+  std::string text = fmt::format("rank {} caught an out-of-memory error at {} (oom.policy catch_and_sync) and waits "
+                                 "in its OOM-flag {}",
+                                 rank, h.op_index >= 0 ? OpText(rank, h.op_index) : "an allocation",
+                                 flag != nullptr ? PendingText(*flag) : "collective");
+  if (flag == nullptr) return text;
+  // The other members not at the flag: where each waits instead (grouped, in rank order).
+  std::map<std::string, std::vector<int32_t>> went_on;
+  std::vector<std::string> order;
+  for (int32_t m : schedule_.communicators[static_cast<size_t>(flag->communicator)].ranks) {
+    if (m == rank) continue;
+    std::string where = "finished the program";
+    if (auto it = blocked_.find(m); it != blocked_.end()) {
+      where = DoingText(m, flag->communicator);
+      for (const BlockedStream& s : it->second->stream_states) {
+        if (s.reason != StreamWaitReason::kRendezvous || !s.collective) continue;
+        const PendingCollective& c = *s.collective;
+        const bool at_flag = c.communicator == flag->communicator && c.seq == flag->seq && c.type == flag->type;
+        where = at_flag ? std::string() : "went on into " + PendingText(c);
+        break;
+      }
+    }
+    if (where.empty()) continue;  // waits in the flag too
+    if (went_on.find(where) == went_on.end()) order.push_back(where);
+    went_on[where].push_back(m);
+  }
+  for (const std::string& where : order) text += fmt::format("; {} {}", RanksPhrase(went_on[where]), where);
+  return text;
 }
 
 size_t Analyzer::PositionOn(int32_t rank, int32_t comm) {
@@ -185,7 +300,12 @@ std::string Analyzer::DoingText(int32_t rank, int32_t comm) const {
                        head.empty() ? "other work" : head);
   }
   switch (b.host_state.reason) {
-    case HostBlockReason::kOutOfMemory: return "stopped: out of memory";
+    case HostBlockReason::kOutOfMemory: {
+      if (!b.host_state.oom_caught) return "stopped: out of memory";
+      const PendingCollective* flag = PendingAt(rank, b.host_state.oom_sync_op_index);
+      return "caught an out-of-memory error and waits in its OOM-flag " +
+             (flag != nullptr ? PendingText(*flag) : std::string("collective"));
+    }
     case HostBlockReason::kFinished: return "finished issuing without it";
     default: return fmt::format("host blocked in {}", b.host);
   }
@@ -215,7 +335,14 @@ void Analyzer::BuildGraph() {
         if (h.record_stream >= 0) Edge(event, Stream(rank, h.record_stream));
         break;
       }
-      case HostBlockReason::kOutOfMemory: Host(rank); break;
+      case HostBlockReason::kOutOfMemory:
+        // Caught under catch_and_sync: the host waits for its OOM-flag collective's result.
+        if (h.oom_caught && h.stream >= 0) {
+          Edge(Host(rank), Stream(rank, h.stream));
+        } else {
+          Host(rank);
+        }
+        break;
       default: break;
     }
     for (const BlockedStream& s : b.stream_states) {
@@ -235,6 +362,17 @@ void Analyzer::BuildGraph() {
           const int32_t comm = s.collective->communicator;
           if (IsP2p(s.collective->type)) {  // a send or recv waits for its peer only
             Edge(self, PositionOn(s.collective->peer, comm));
+            HalfArrivedP2p half;
+            half.rank = rank;
+            half.peer = s.collective->peer;
+            half.communicator = comm;
+            half.type = s.collective->type;
+            half.p2p_seq = s.collective->p2p_seq;
+            half.bytes = s.collective->bytes;
+            half.arrived_ns = s.collective->arrived_ns;
+            half.text = fmt::format("rank {} is in {}; {}", rank, PendingText(*s.collective),
+                                    MissingP2pText(rank, half.peer, comm, half.type));
+            report_.p2p.push_back(std::move(half));
             break;
           }
           auto rv = rendezvous_of_comm_.find(comm);
@@ -381,10 +519,38 @@ void Analyzer::FindCauses() {
 }
 
 std::string Analyzer::CauseText(RootCause& cause) {
-  // The rendezvous that wait directly for a set of vertices: "ranks A wait in X for rank R".
-  auto waiters_of = [&](const std::set<size_t>& targets) {
+  // The half-arrived send/recv whose posting stream waits directly for one of `targets`.
+  auto p2p_into = [&](const std::set<size_t>& targets) {
+    std::vector<const HalfArrivedP2p*> found;
+    for (const HalfArrivedP2p& half : report_.p2p) {
+      for (const WaitEdge& e : report_.edges) {
+        const WaitVertex& v = report_.vertices[e.from];
+        if (v.kind != WaitVertexKind::kStream || v.rank != half.rank || !targets.count(e.to)) continue;
+        const BlockedStream* s = StreamState(v.rank, v.stream);
+        if (s != nullptr && s->collective && IsP2p(s->collective->type) && s->collective->peer == half.peer &&
+            s->collective->p2p_seq == half.p2p_seq && s->collective->communicator == half.communicator) {
+          found.push_back(&half);
+          break;
+        }
+      }
+    }
+    return found;
+  };
+  // The rendezvous (and sends / recvs) that wait directly for a set of vertices: "ranks A
+  // wait in X for rank R"; `with_p2p` false leaves the sends / recvs out of the text.
+  auto waiters_of = [&](const std::set<size_t>& targets, bool with_p2p = true) {
     std::vector<std::string> parts;
     std::set<int32_t> covered;
+    for (const HalfArrivedP2p* half : p2p_into(targets)) {
+      covered.insert(half->rank);
+      if (!with_p2p) continue;
+      PendingCollective p;
+      p.communicator = half->communicator;
+      p.type = half->type;
+      p.peer = half->peer;
+      p.p2p_seq = half->p2p_seq;
+      parts.push_back(fmt::format("rank {} waits in {}", half->rank, PendingText(p)));
+    }
     for (size_t v = 0; v < report_.vertices.size(); ++v) {
       const WaitVertex& rv = report_.vertices[v];
       if (rv.kind != WaitVertexKind::kRendezvous) continue;
@@ -411,6 +577,7 @@ std::string Analyzer::CauseText(RootCause& cause) {
     case RootCauseKind::kOutOfMemory: {
       const int32_t rank = cause.ranks.front();
       const BlockedHost& h = blocked_.at(rank)->host_state;
+      if (h.oom_caught) return CaughtOomLine(rank) + waiters_of({cause.vertices.front()});
       const auto& oom = result_.ranks[static_cast<size_t>(rank)].memory.oom;
       std::string text = fmt::format("rank {} stopped: {}out of memory at {}", rank,
                                      oom && oom->injected ? "injected " : "",
@@ -444,6 +611,14 @@ std::string Analyzer::CauseText(RootCause& cause) {
                                 : b->second->host_state.reason == HostBlockReason::kFinished
                                     ? "finished issuing"
                                     : "is stuck";
+      const std::vector<const HalfArrivedP2p*> halves = p2p_into(targets);
+      if (missed.empty() && !halves.empty()) {
+        // Only sends / recvs wait for it: "rank 2 is in send to rank 3 ...; rank 3 never posted
+        // the matching recv (...)".
+        std::string text;
+        for (size_t i = 0; i < halves.size(); ++i) text += (i ? "; " : "") + halves[i]->text;
+        return text + waiters_of(targets, /*with_p2p=*/false);
+      }
       std::string text = fmt::format("rank {} {} without entering ", rank, state);
       for (size_t i = 0; i < missed.size(); ++i) text += (i ? ", " : "") + missed[i];
       if (missed.empty()) text += "the collective its peers wait in";
@@ -453,8 +628,11 @@ std::string Analyzer::CauseText(RootCause& cause) {
       const PendingRendezvous& rv = *rendezvous_of_comm_.at(cause.communicator);
       // Group the arrivals by what they entered; the smallest group is the odd one out.
       std::map<std::tuple<int, int64_t, int>, std::vector<int32_t>> groups;
+      // An all_to_all's sizes may differ per rank (uneven splits; see engine.cc
+      // ArriveCollective): they group as one (-1) and never make a size mismatch.
       for (const auto& a : rv.arrived) {
-        groups[{static_cast<int>(a.type), a.bytes, static_cast<int>(a.dtype)}].push_back(a.rank);
+        const int64_t bytes = a.type == CollectiveType::kAllToAll ? -1 : a.bytes;
+        groups[{static_cast<int>(a.type), bytes, static_cast<int>(a.dtype)}].push_back(a.rank);
       }
       std::vector<std::pair<std::tuple<int, int64_t, int>, std::vector<int32_t>>> sorted(groups.begin(), groups.end());
       std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
@@ -471,10 +649,19 @@ std::string Analyzer::CauseText(RootCause& cause) {
         dtypes.insert(std::get<2>(key));
         const auto type = static_cast<CollectiveType>(std::get<0>(key));
         const auto dtype = static_cast<traces::DType>(std::get<2>(key));
-        text += fmt::format("{}{} {} in {} ({} bytes, {})", i == 0 ? "" : i + 1 == sorted.size() ? " while " : ", ",
+        const std::string what = std::get<1>(key) >= 0 ? fmt::format("{} bytes, {}", std::get<1>(key), traces::DTypeName(dtype))
+                                                        : std::string(traces::DTypeName(dtype));
+        text += fmt::format("{}{} {} in {} ({})", i == 0 ? "" : i + 1 == sorted.size() ? " while " : ", ",
                             RanksPhrase(ranks), ranks.size() == 1 ? "is" : "are",
-                            CollectiveName(schedule_, type, rv.communicator, rv.seq), std::get<1>(key),
-                            traces::DTypeName(dtype));
+                            CollectiveName(schedule_, type, rv.communicator, rv.seq), what);
+      }
+      // A rank that caught an out-of-memory error entered its OOM-flag collective here while
+      // its peers went on with the step: say so rather than only which types differ.
+      for (const auto& a : rv.arrived) {
+        if (OomCaught(a.rank) && blocked_.at(a.rank)->host_state.oom_sync_op_index == a.op_index) {
+          text = CaughtOomLine(a.rank);
+          break;
+        }
       }
       // The Flight Recorder analyzer's names (torch/distributed/flight_recorder/components/types.py).
       text += types.size() > 1    ? ": collective type mismatch (COLLECTIVE_TYPE_MISMATCH)"
@@ -497,30 +684,47 @@ std::string Analyzer::CauseText(RootCause& cause) {
       std::vector<std::string> parts;
       std::set<int32_t> ranks;
       const auto& cycle = cause.vertices;
+      bool p2p = false;
+      int32_t caught = -1;
       for (size_t i = 0; i < cycle.size(); ++i) {
         const WaitVertex& v = report_.vertices[cycle[i]];
-        if (v.kind != WaitVertexKind::kRendezvous) {
-          if (v.rank >= 0) ranks.insert(v.rank);
-          continue;
-        }
         const WaitVertex& next = report_.vertices[cycle[(i + 1) % cycle.size()]];
-        std::vector<int32_t> arrived;
-        for (const auto& a : rendezvous_of_comm_.at(v.communicator)->arrived) arrived.push_back(a.rank);
         std::string behind;
         if (next.kind == WaitVertexKind::kStream) {
           const std::string head = HeadCollective(next.rank, next.stream);
           behind = fmt::format(", whose stream '{}' is behind {}", StreamName(next.rank, next.stream),
                                head.empty() ? "other work" : head);
         }
+        if (v.kind != WaitVertexKind::kRendezvous) {
+          if (v.rank >= 0) ranks.insert(v.rank);
+          if (v.kind == WaitVertexKind::kHost && OomCaught(v.rank) && caught < 0) caught = v.rank;
+          // A send or recv waiting for its peer on another rank.
+          const BlockedStream* s = v.kind == WaitVertexKind::kStream ? StreamState(v.rank, v.stream) : nullptr;
+          if (s != nullptr && s->reason == StreamWaitReason::kRendezvous && s->collective &&
+              IsP2p(s->collective->type) && next.rank != v.rank) {
+            p2p = true;
+            parts.push_back(fmt::format("rank {} waits in {} for rank {}{}", v.rank, PendingText(*s->collective),
+                                        next.rank, behind));
+          }
+          continue;
+        }
+        std::vector<int32_t> arrived;
+        for (const auto& a : rendezvous_of_comm_.at(v.communicator)->arrived) arrived.push_back(a.rank);
         parts.push_back(fmt::format("{} in {} for rank {}{}", RanksWait(arrived), v.label, next.rank, behind));
       }
       cause.ranks.assign(ranks.begin(), ranks.end());
-      std::string text = "deadlock cycle: ";
+      // A rank that caught an out-of-memory error waits in its OOM-flag collective while its
+      // peers went on: that is what to read first.
+      std::string text = caught >= 0 ? CaughtOomLine(caught) + "; deadlock cycle: " : "deadlock cycle: ";
       if (parts.empty()) {
         for (size_t i = 0; i < cycle.size(); ++i) text += (i ? " -> " : "") + report_.vertices[cycle[i]].label;
         return text;
       }
       for (size_t i = 0; i < parts.size(); ++i) text += (i ? "; " : "") + parts[i];
+      if (p2p) {
+        return text + " (a send or recv waits for its matching op; NCCL runs each communicator's work in order per "
+                      "rank, so an op issued behind it never comes)";
+      }
       return text + " (communicators entered in different orders by different ranks; NCCL serializes each "
                     "communicator's work per rank)";
     }
@@ -636,6 +840,18 @@ std::string HangReportJson(const traces::Schedule& schedule, const HangReport& r
   }
   j["causes"] = causes;
   j["cycles"] = report.cycles;
+  nlohmann::ordered_json p2p = nlohmann::ordered_json::array();
+  for (const HalfArrivedP2p& half : report.p2p) {
+    p2p.push_back({{"rank", half.rank},
+                   {"op", traces::CollectiveTypeName(half.type)},
+                   {"peer", half.peer},
+                   {"communicator", schedule.communicators[static_cast<size_t>(half.communicator)].name},
+                   {"p2p_seq_id", half.p2p_seq},
+                   {"bytes", half.bytes},
+                   {"arrived_ns", half.arrived_ns},
+                   {"text", half.text}});
+  }
+  j["p2p"] = p2p;
   j["watchdog"] = {{"timeout_ms", report.watchdog_timeout_ns / 1'000'000},
                    {"fires_at_ns", report.watchdog_fires_at_ns},
                    {"rank", report.watchdog_rank},
@@ -650,6 +866,151 @@ std::string HangReportJson(const traces::Schedule& schedule, const HangReport& r
   for (const WaitEdge& e : report.edges) edges.push_back({e.from, e.to});
   j["wait_for_graph"] = {{"vertices", vertices}, {"edges", edges}};
   return j.dump();
+}
+
+void WriteHangTrace(const traces::Schedule& schedule, const SimulationResult& result, const HangReport& report,
+                    const std::vector<int32_t>& traced_ranks, traces::TimelineSink& sink) {
+  if (!result.hung) return;
+  std::vector<bool> traced(static_cast<size_t>(schedule.world_size()), false);
+  for (int32_t r : traced_ranks) {
+    if (r >= 0 && r < schedule.world_size()) traced[static_cast<size_t>(r)] = true;
+  }
+  std::map<int32_t, const BlockedRank*> blocked;
+  for (const BlockedRank& b : result.blocked) blocked[b.rank] = &b;
+  // The host and stream vertices of traced ranks: their track, when they began waiting, what
+  // they wait in.
+  struct Track {
+    int32_t pid = 0, tid = 0;
+    int64_t since_ns = 0;
+    int64_t op_id = -1;
+    std::string what;
+  };
+  std::map<size_t, Track> tracks;
+  int64_t latest = result.makespan_ns;
+  for (size_t v = 0; v < report.vertices.size(); ++v) {
+    const WaitVertex& vertex = report.vertices[v];
+    if (vertex.kind != WaitVertexKind::kHost && vertex.kind != WaitVertexKind::kStream) continue;
+    if (!traced[static_cast<size_t>(vertex.rank)]) continue;
+    Track track;
+    track.pid = vertex.rank;
+    auto b = blocked.find(vertex.rank);
+    if (vertex.kind == WaitVertexKind::kStream) {
+      track.tid = 1 + vertex.stream;
+      track.since_ns = result.makespan_ns;
+      track.what = vertex.label;
+      if (b != blocked.end()) {
+        const BlockedRank& rank = *b->second;
+        for (size_t i = 0; i < rank.stream_states.size(); ++i) {
+          const BlockedStream& s = rank.stream_states[i];
+          if (s.stream != vertex.stream) continue;
+          if (s.since_ns >= 0) track.since_ns = s.since_ns;
+          track.op_id = s.op_id;
+          if (i < rank.streams.size()) track.what = rank.streams[i];
+        }
+      }
+    } else if (b != blocked.end()) {
+      const BlockedHost& h = b->second->host_state;
+      track.since_ns = h.since_ns;
+      track.op_id = h.op_id;
+      track.what = h.reason == HostBlockReason::kFinished ? "host finished issuing" : "host " + b->second->host;
+    } else {
+      track.since_ns = result.ranks[static_cast<size_t>(vertex.rank)].end_ns;
+      track.what = "host finished its program";
+    }
+    latest = std::max(latest, track.since_ns);
+    tracks.emplace(v, std::move(track));
+  }
+  // Past the end of the run: the waits never end, and every flow end lies inside a slice.
+  constexpr int64_t kMinTailNs = 1'000;
+  const int64_t end_ns = latest + std::max(kMinTailNs, result.makespan_ns / 100);
+
+  // Edges between tracks: follow rendezvous and event vertices to the tracks behind them.
+  std::vector<std::vector<size_t>> out(report.vertices.size());
+  for (const WaitEdge& e : report.edges) out[e.from].push_back(e.to);
+  const auto concrete = [&](size_t v) {
+    return report.vertices[v].kind == WaitVertexKind::kHost || report.vertices[v].kind == WaitVertexKind::kStream;
+  };
+  // A mismatched rendezvous waits for nothing in the graph (it is a root); on the trace each
+  // member that entered it waits for the members that entered something else.
+  std::map<std::pair<int32_t, int32_t>, size_t> stream_vertex;
+  for (size_t v = 0; v < report.vertices.size(); ++v) {
+    if (report.vertices[v].kind == WaitVertexKind::kStream) stream_vertex[{report.vertices[v].rank, report.vertices[v].stream}] = v;
+  }
+  const auto mismatched_with = [&](const WaitVertex& rendezvous, const WaitVertex& member) {
+    std::vector<size_t> others;
+    for (const PendingRendezvous& rv : result.rendezvous) {
+      if (rv.communicator != rendezvous.communicator || rv.seq != rendezvous.seq || !rv.mismatch) continue;
+      const auto key = [](const PendingRendezvous::Arrival& a) {
+        return std::make_tuple(a.type, a.type == CollectiveType::kAllToAll ? -1 : a.bytes, a.dtype);
+      };
+      auto mine = std::find_if(rv.arrived.begin(), rv.arrived.end(), [&](const PendingRendezvous::Arrival& a) {
+        return a.rank == member.rank && a.stream == member.stream;
+      });
+      if (mine == rv.arrived.end()) break;
+      for (const PendingRendezvous::Arrival& a : rv.arrived) {
+        if (key(a) == key(*mine)) continue;
+        if (auto it = stream_vertex.find({a.rank, a.stream}); it != stream_vertex.end()) others.push_back(it->second);
+      }
+    }
+    return others;
+  };
+  std::map<size_t, std::vector<size_t>> waits_for;
+  for (const auto& [v, track] : tracks) {
+    std::vector<size_t>& targets = waits_for[v];
+    std::set<size_t> seen = {v};
+    std::vector<size_t> stack(out[v].rbegin(), out[v].rend());
+    while (!stack.empty()) {
+      const size_t u = stack.back();
+      stack.pop_back();
+      if (!seen.insert(u).second) continue;
+      if (concrete(u)) {
+        targets.push_back(u);
+        continue;
+      }
+      if (out[u].empty() && report.vertices[u].kind == WaitVertexKind::kRendezvous &&
+          report.vertices[v].kind == WaitVertexKind::kStream) {
+        const std::vector<size_t> others = mismatched_with(report.vertices[u], report.vertices[v]);
+        stack.insert(stack.end(), others.rbegin(), others.rend());
+      }
+      for (auto it = out[u].rbegin(); it != out[u].rend(); ++it) stack.push_back(*it);
+    }
+  }
+
+  for (const auto& [v, track] : tracks) {
+    traces::Slice slice;
+    slice.pid = track.pid;
+    slice.tid = track.tid;
+    slice.ts_ns = track.since_ns;
+    slice.dur_ns = end_ns - track.since_ns;
+    slice.name = "hang: " + track.what;
+    slice.category = traces::Category::kOther;
+    slice.raw_category = "hang";
+    slice.op_id = track.op_id;
+    std::string targets;
+    for (size_t t : waits_for[v]) targets += (targets.empty() ? "" : ", ") + report.vertices[t].label;
+    if (!targets.empty()) slice.args.push_back({"waits for", targets});
+    sink.OnSlice(slice);
+  }
+  // Ids apart from the launch -> kernel flows ((rank << 32) | correlation).
+  constexpr int64_t kHangFlowIdBase = int64_t{1} << 62;
+  int64_t next_id = kHangFlowIdBase;
+  for (const auto& [v, track] : tracks) {
+    for (size_t t : waits_for[v]) {
+      auto target = tracks.find(t);
+      if (target == tracks.end()) continue;  // an untraced rank
+      traces::Flow flow;
+      flow.id = next_id++;
+      flow.name = "waits for";
+      flow.category = "hang";
+      flow.from_pid = track.pid;
+      flow.from_tid = track.tid;
+      flow.from_ts_ns = track.since_ns + 1;
+      flow.to_pid = target->second.pid;
+      flow.to_tid = target->second.tid;
+      flow.to_ts_ns = std::max(target->second.since_ns + 1, flow.from_ts_ns);
+      sink.OnFlow(flow);
+    }
+  }
 }
 
 std::vector<int32_t> FlightRecorderRanks(const SimulationResult& result, size_t limit) {
@@ -701,10 +1062,18 @@ std::string FlightRecorderJson(const traces::Schedule& schedule, const Simulatio
   if (blocked) {
     for (const auto& [index, p] : blocked->pending) pending[index] = &p;
   }
-  // Ops the host issued: all of them, unless it is blocked at (or stopped before) an op.
+  // Ops the host issued: all of them, unless it is blocked at (or stopped before) an op. A rank
+  // that caught an out-of-memory error skipped the ops after it up to its OOM-flag collective,
+  // which it issued.
   int32_t issued_end = static_cast<int32_t>(program.ops.size());
+  int32_t skipped_begin = -1, skipped_end = -1;  // [begin, end): not issued
   if (blocked && blocked->host_state.reason != HostBlockReason::kFinished && blocked->host_state.op_index >= 0) {
     issued_end = blocked->host_state.op_index;
+    if (blocked->host_state.oom_caught && blocked->host_state.oom_sync_op_index >= 0) {
+      skipped_begin = blocked->host_state.op_index;
+      skipped_end = blocked->host_state.oom_sync_op_index;
+      issued_end = blocked->host_state.oom_sync_op_index + 1;
+    }
   }
   const double timeout_ms = static_cast<double>(options.watchdog_timeout_ns) / 1e6;
   struct PgCount {
@@ -714,6 +1083,7 @@ std::string FlightRecorderJson(const traces::Schedule& schedule, const Simulatio
   nlohmann::ordered_json entries = nlohmann::ordered_json::array();
   int64_t record_id = 0;
   for (int32_t index = 0; index < issued_end; ++index) {
+    if (index >= skipped_begin && index < skipped_end) continue;
     const traces::Op& op = program.ops[static_cast<size_t>(index)];
     const auto* coll = std::get_if<CollectiveOp>(&op.payload);
     if (coll == nullptr) continue;
@@ -768,7 +1138,18 @@ std::string FlightRecorderJson(const traces::Schedule& schedule, const Simulatio
     entry["collective_seq_id"] = count.coll;
     entry["p2p_seq_id"] = count.p2p;
     entry["op_id"] = count.ops;
-    entry["profiling_name"] = fmt::format("nccl:{}", traces::CollectiveTypeName(coll->type));
+    // ProcessGroupNCCL::send / recv name p2p work "nccl:send 2->3" / "nccl:recv 3<-2" with
+    // ranks in the process group.
+    std::string profiling_name = fmt::format("nccl:{}", traces::CollectiveTypeName(coll->type));
+    if (p2p) {
+      const auto group_rank = [&](int32_t global) {
+        auto it = std::find(communicator.ranks.begin(), communicator.ranks.end(), global);
+        return it == communicator.ranks.end() ? global : static_cast<int32_t>(it - communicator.ranks.begin());
+      };
+      profiling_name += fmt::format(" {}{}{}", group_rank(rank), coll->type == CollectiveType::kSend ? "->" : "<-",
+                                    group_rank(coll->peer));
+    }
+    entry["profiling_name"] = profiling_name;
     entry["time_created_ns"] = created >= 0 ? nlohmann::ordered_json(created) : nlohmann::ordered_json(nullptr);
     entry["input_sizes"] = {{in}};
     entry["input_dtypes"] = {dtype};

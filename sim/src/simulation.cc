@@ -606,6 +606,14 @@ Figures ComputeFigures(const Schedule& schedule, const SimulationSetup& setup, c
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 
+// "1.84 s", "12.5 ms", "300.0 us": three significant-ish figures in the largest unit that fits.
+std::string DurationText(int64_t ns) {
+  const auto value = static_cast<double>(ns);
+  if (ns >= 1'000'000'000) return fmt::format("{:.2f} s", value * 1e-9);
+  if (ns >= 1'000'000) return fmt::format("{:.1f} ms", value * 1e-6);
+  return fmt::format("{:.1f} us", value * 1e-3);
+}
+
 nlohmann::ordered_json OomJson(const std::optional<OomInfo>& oom) {
   if (!oom) return nullptr;
   return {{"op_id", oom->op_id},
@@ -660,6 +668,16 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                  {"num_alloc_retries", retries},
                  {"num_ooms", ooms},
                  {"allocator_conf", setup.memory.alloc_conf}};
+  // The rank the others waited for most in collectives (null: none caused 1 us in total).
+  if (result.straggler) {
+    const Straggler& st = *result.straggler;
+    j["straggler"] = {{"rank", st.rank},
+                      {"last_arrivals", st.last_arrivals},
+                      {"share_of_collectives", Ratio(static_cast<double>(st.last_arrivals), static_cast<double>(st.collectives))},
+                      {"wait_caused_ns", st.wait_caused_ns}};
+  } else {
+    j["straggler"] = nullptr;
+  }
   j["hang"] = result.hung;
   // oom.policy catch_and_sync: where the ranks agreed on an OOM (present only then).
   if (result.oom_agreed) {
@@ -698,6 +716,9 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                      {"host_blocked_ns", r.host_blocked_ns},
                      {"stream_busy_ns", streams},
                      {"finished", r.finished},
+                     {"collectives", r.collectives},
+                     {"last_arrivals", r.last_arrivals},
+                     {"collective_wait_caused_ns", r.collective_wait_caused_ns},
                      {"capacity_bytes", r.memory.capacity_bytes},
                      {"peak_allocated_bytes", r.memory.stats.allocated_bytes_peak},
                      {"peak_reserved_bytes", r.memory.stats.reserved_bytes_peak},
@@ -778,6 +799,11 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
   out += fmt::format("  communication        {:>12.3f} ms   overlapped {:.1f}%   exposed {:.3f} ms\n",
                      f.mean_comm_ns * 1e-6, 100 * Ratio(f.mean_overlap_ns, f.mean_comm_ns),
                      (f.mean_comm_ns - f.mean_overlap_ns) * 1e-6);
+  if (result.straggler) {
+    const Straggler& st = *result.straggler;
+    out += fmt::format("  straggler: rank {} arrived last at {} of {} collectives; peers waited {} for it\n", st.rank,
+                       st.last_arrivals, st.collectives, DurationText(st.wait_caused_ns));
+  }
   out += "  stream busy:";
   for (const auto& [name, fraction] : f.stream_busy_fraction) out += fmt::format("  {} {:.1f}%", name, 100 * fraction);
   out += "\n";

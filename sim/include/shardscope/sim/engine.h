@@ -17,6 +17,11 @@
 // - A collective starts on its members only when every member has reached it at the head
 //   of its stream (rendezvous); collectives of one communicator are serialized on each
 //   member whatever stream they are issued on (NCCL orders all work of a communicator).
+//   Members must enter one instance with the same type, size and dtype, else it never starts
+//   (a mismatch the hang report explains); all_to_all alone may carry different sizes per
+//   rank (uneven splits), and runs as long as its largest member's.
+// - Each collective instance records which member arrived last and how long the others
+//   waited for it (RankStats::last_arrivals, SimulationResult::straggler).
 // - Contention: while a collective runs on a GPU, compute kernels there run at
 //   1/(1+compute_slowdown); a collective runs at 1/(1+comm_slowdown) while any member GPU
 //   runs compute. Rates change mid-kernel; remaining work is carried over (SimGrid-style
@@ -209,7 +214,28 @@ struct RankStats {
   // catch_and_sync: the rank stopped cleanly at an OOM-flag agreement that some member's
   // out-of-memory error triggered (its own, in memory.oom, or a peer's): not a hang.
   bool oom_handled = false;
+  // Straggler attribution over the collectives (and send/recv pairs) that started: a member
+  // arrives when the collective reaches its stream's head and its communicator's turn; the
+  // instance starts when the last member arrives (t_last). A member that arrived last alone
+  // made each other member i wait t_last - t_i; when several arrive last together nobody is
+  // late and nothing is attributed.
+  int64_t collectives = 0;                // instances this rank took part in
+  int64_t last_arrivals = 0;              // ... at which it arrived last, alone
+  int64_t collective_wait_caused_ns = 0;  // sum over those of its peers' waits for it
   RankMemory memory;                  // when memory is simulated
+};
+
+// Below this much waiting caused in total, no rank is named a straggler (ranks whose
+// programs are identical but whose timing differs by rounding stay quiet).
+inline constexpr int64_t kStragglerMinWaitNs = 1'000;
+
+// The rank that made its peers wait the longest (RankStats::collective_wait_caused_ns; ties:
+// the lowest rank), when that is at least kStragglerMinWaitNs.
+struct Straggler {
+  int32_t rank = -1;
+  int64_t last_arrivals = 0;
+  int64_t collectives = 0;            // instances it took part in
+  int64_t wait_caused_ns = 0;
 };
 
 // catch_and_sync: the OOM-flag collective at which the ranks agreed that some rank ran out
@@ -265,6 +291,7 @@ struct BlockedStream {
   int64_t op_id = -1;
   int64_t queued = 0;               // items in the stream's queue
   StreamWaitReason reason = StreamWaitReason::kOther;
+  int64_t since_ns = -1;            // when the head began to wait (-1: unknown, an allocator event)
   int32_t event = -1;               // kEventRecord
   int32_t record_stream = -1;       // kEventRecord: where the awaited record is queued
   int32_t record_op_index = -1;     //   (-1: an allocator event)
@@ -278,10 +305,15 @@ struct BlockedHost {
   HostBlockReason reason = HostBlockReason::kOther;
   int32_t op_index = -1;            // the op the host is blocked in (-1: finished)
   int64_t op_id = -1;
-  int32_t stream = -1;              // kStreamSynchronize, kLaunchQueueFull
+  int32_t stream = -1;              // kStreamSynchronize, kLaunchQueueFull, a caught OOM
   int32_t event = -1;               // kEventSynchronize
   int32_t record_stream = -1;       // kEventSynchronize: where the awaited record is queued
   int64_t since_ns = 0;
+  // kOutOfMemory under catch_and_sync: the error was caught (op_index is the op that ran out
+  // of memory) and the rank waits in its OOM-flag collective, the op `oom_sync_op_index` on
+  // `stream` (Composer reads the flag back with .item(), a host synchronization).
+  bool oom_caught = false;
+  int32_t oom_sync_op_index = -1;
 };
 
 // A rank's serialization lane of one communicator: collectives (and p2p) issued and completed.
@@ -330,6 +362,7 @@ struct SimulationResult {
   std::vector<BlockedRank> blocked;   // non-empty when hung
   std::vector<PendingRendezvous> rendezvous;  // when hung: collectives partly arrived
   std::optional<OomAgreement> oom_agreed;     // catch_and_sync: the first OOM agreement
+  std::optional<Straggler> straggler;         // see Straggler
   int64_t ops_executed = 0;           // host ops retired over all ranks
   int64_t events_processed = 0;
 };

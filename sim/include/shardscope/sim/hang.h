@@ -13,6 +13,7 @@
 
 #include "shardscope/sim/engine.h"
 #include "shardscope/traces/schedule.h"
+#include "shardscope/traces/timeline.h"
 
 namespace shardscope::sim {
 
@@ -60,8 +61,24 @@ struct RootCause {
   std::string text;                    // the explanation line
 };
 
+// A send or recv that one side posted while its peer has not reached the matching op. NCCL
+// pairs point-to-point operations per communicator, so the side that posted waits in it.
+struct HalfArrivedP2p {
+  int32_t rank = -1;                   // the side that posted and waits
+  int32_t peer = -1;                   // the side that has not reached the matching op
+  int32_t communicator = -1;
+  traces::CollectiveType type = traces::CollectiveType::kSend;  // what `rank` posted
+  int64_t p2p_seq = 0;                 // Flight Recorder's p2p_seq_id of the op on `rank`
+  int64_t bytes = 0;
+  int64_t arrived_ns = -1;             // when it reached the head of its stream
+  // "rank 2 is in send to rank 3 on 'pp' (p2p_seq_id 1); rank 3 never posted the matching
+  // recv (it finished its program)"
+  std::string text;
+};
+
 struct HangReport {
   std::vector<int32_t> blocked_ranks;
+  std::vector<HalfArrivedP2p> p2p;           // half-arrived send/recv pairs, by rank and stream
   std::vector<WaitVertex> vertices;
   std::vector<WaitEdge> edges;
   std::vector<std::vector<size_t>> cycles;   // strongly connected components with a cycle
@@ -111,6 +128,22 @@ class CollectiveRecorder : public EngineObserver {
   std::vector<bool> wanted_;
   std::map<int32_t, std::map<int32_t, Times>> times_;
 };
+
+// Draws a hang on a trace, for the ranks in `traced_ranks` (those the trace shows):
+// - a "hang" slice on every track (host thread, tid 0, or stream, tid 1 + stream) of the
+//   wait-for graph: from when it began waiting to past the end of the run, named after what
+//   it waits in ("hang: stream 's0': op 3 all_gather on 'dp' (waiting for peers)"); a rank
+//   that finished its program but is waited for gets one on its host thread from its end;
+// - a "hang" flow along each edge of the wait-for graph between those tracks, rendezvous and
+//   event vertices collapsed into the tracks they lead to, so Perfetto draws who waits for
+//   whom. A flow runs from its track's slice, 1 ns after the wait began, to the waited-for
+//   track's slice, 1 ns after that one began waiting, or at the flow's start if later.
+// Slices rather than instants: Perfetto binds JSON flow events only to a slice open on the
+// track (trace_processor's FlowTracker), and an instant is a 0-length slice closed at once;
+// the 1 ns keeps a flow off a slice that ends where the wait begins. A flow end that sorts
+// before its start is dropped ("flow_end_without_start"), hence the clamp.
+void WriteHangTrace(const traces::Schedule& schedule, const SimulationResult& result, const HangReport& report,
+                    const std::vector<int32_t>& traced_ranks, traces::TimelineSink& sink);
 
 // One rank's dump in the layout of PyTorch's Flight Recorder JSON dump (torch/csrc/distributed/
 // c10d/FlightRecorder.hpp / FlightRecorderDetail.hpp dump_json; TORCH_NCCL_DEBUG_INFO_PICKLE=0
