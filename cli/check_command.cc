@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "shardscope/sim/lowering.h"
 #include "shardscope/sim/fault_sweep.h"
 #include "shardscope/sim/hang.h"
 #include "shardscope/sim/simulation.h"
@@ -49,17 +50,13 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
   return stragglers;
 }
 
-std::string DivergenceSummary(const std::map<int32_t, double>& stragglers, const std::vector<std::string>& variants,
-                              int64_t with_ns, int64_t without_ns) {
-  std::string sources;
-  for (const auto& [rank, factor] : stragglers) {
-    sources += fmt::format("{}rank {} (kernels and copies x{:g})", sources.empty() ? "" : ", ", rank, factor);
-  }
-  for (const std::string& variant : variants) sources += (sources.empty() ? "" : ", ") + variant;
+std::string DivergenceSummary(const std::vector<std::string>& sources, int64_t with_ns, int64_t without_ns) {
+  std::string joined;
+  for (const std::string& source : sources) joined += (joined.empty() ? "" : ", ") + source;
   const double delta_ms = static_cast<double>(with_ns - without_ns) * 1e-6;
   const double percent = without_ns > 0 ? 100.0 * static_cast<double>(with_ns - without_ns) / static_cast<double>(without_ns) : 0;
   return fmt::format("  DIVERGENCE: {}: step {:.3f} ms, {:.3f} ms with every rank alike: costs {:+.3f} ms ({:+.1f}%)\n",
-                     sources, static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms,
+                     joined, static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms,
                      percent);
 }
 
@@ -75,6 +72,52 @@ struct CheckOptions {
   double moe_load = sim::FaultSweepOptions{}.moe_load;
   double held_gib = static_cast<double>(sim::FaultSweepOptions{}.held_bytes) / static_cast<double>(int64_t{1} << 30);
 };
+
+// What the known fix for OOM hangs costs: Composer's catch_and_sync with its FSDP sync hooks
+// (oom: {policy: catch_and_sync, sync_hooks: true}), modelled for torch FSDP1 plans. One more
+// run of the plan with the hooks on gives their cost per step; Composer keeps them on only
+// until 3 consecutive batches run without an OOM (composer/trainer/trainer.py _train_batch,
+// num_consecutive_non_OOM_batches >= 3), so each OOM costs about three such steps.
+StatusOr<std::string> MitigationLine(const LoadedInput& loaded, const sim::EngineConfig& config,
+                                     int64_t baseline_step_ns) {
+  if (!loaded.plan) return std::string("  mitigation: needs the plan (a schedule JSON cannot be re-lowered with hooks)\n");
+  const sim::Plan& plan = *loaded.plan;
+  if (plan.strategy != sim::Strategy::kFsdp1 || plan.fsdp1.implementation != sim::Fsdp1Implementation::kTorch) {
+    return fmt::format("  mitigation: none modelled for {}: Composer's OOM sync hooks patch torch FSDP1 (strategy "
+                       "fsdp1, implementation torch); elsewhere an OOM must not happen (`shardscope fit`)\n",
+                       sim::StrategyName(plan.strategy));
+  }
+  if (plan.oom.policy == sim::OomPolicy::kCatchAndSync && plan.oom.sync_hooks) {
+    return std::string("  mitigation: the plan already runs Composer's sync hooks; the hangs above are places "
+                       "they do not cover\n");
+  }
+  sim::Plan hooked = plan;
+  hooked.oom.policy = sim::OomPolicy::kCatchAndSync;
+  hooked.oom.sync_hooks = true;
+  for (sim::RankVariant& variant : hooked.divergence.variants) {
+    sim::Plan variant_plan = *variant.plan;
+    variant_plan.oom = hooked.oom;
+    variant.plan = std::make_shared<const sim::Plan>(std::move(variant_plan));
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule schedule, sim::LowerPlan(hooked));
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationSetup setup, sim::SetupFromSchedule(schedule, loaded.setup.label));
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs, sim::MakeCostProvider(schedule, setup));
+  sim::EngineConfig hooked_config = sim::EngineConfigFor(setup, schedule.world_size());
+  hooked_config.memory.record_history = false;
+  hooked_config.rank_slowdown = config.rank_slowdown;
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult run, sim::Simulate(schedule, *costs, hooked_config, nullptr));
+  if (run.hung || run.oom_agreed) {
+    return std::string("  mitigation: with Composer's sync hooks the plan itself does not complete\n");
+  }
+  const int64_t cost = run.step_ns - baseline_step_ns;
+  return fmt::format("  mitigation: Composer's catch_and_sync with FSDP sync hooks (oom: {{policy: catch_and_sync, "
+                     "sync_hooks: true}}) makes every rank agree on an OOM before its next collective; the hooks cost "
+                     "{:+.3f} ms per step ({:+.1f}%) while on, and Composer drops them after 3 batches without an OOM "
+                     "(about {:.3f} ms per OOM)\n",
+                     static_cast<double>(cost) * 1e-6,
+                     baseline_step_ns > 0 ? 100.0 * static_cast<double>(cost) / static_cast<double>(baseline_step_ns) : 0,
+                     3 * static_cast<double>(cost) * 1e-6);
+}
 
 // On a terminal: one bar redrawn in place. Elsewhere (logs, CI): nothing (the table follows).
 sim::FaultProgress MakeProgress() {
@@ -182,6 +225,10 @@ Status RunCheck(const CheckOptions& options) {
     std::cout << fmt::format("  {} injected OOM(s): with the `raise` OOM policy the rank that runs out of memory "
                              "leaves, and its peers wait at their next collective until the watchdog fires\n",
                              oom_hangs);
+  }
+  if (oom_hangs > 0) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::string mitigation, MitigationLine(loaded, config, baseline.step_ns));
+    std::cout << mitigation;
   }
   if (other_hangs > 0) {
     std::cout << fmt::format("  {} divergence(s) or resource fault(s): the ranks issue different collectives (type, "

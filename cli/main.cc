@@ -163,13 +163,11 @@ Status RunSimulate(const SimulateOptions& options) {
     SHARDSCOPE_RETURN_IF_ERROR(
         WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
   }
-  const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
-  SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(report_path, sim::ReportJson(schedule, setup, result)));
-  std::cout << sim::SummaryText(schedule, setup, result);
+  // What the divergence costs: one more run with every rank alike (the plan without its
+  // divergence section, no stragglers, no injected fault; no trace, no memory history).
+  std::optional<sim::DivergenceCost> divergence;
   const bool has_variants = loaded.plan && !loaded.plan->divergence.variants.empty();
   if (!config.rank_slowdown.empty() || has_variants) {
-    // What the divergence costs: one more run with every rank alike (the plan without its
-    // divergence section, no stragglers; no trace, no memory history).
     traces::Schedule uniform_schedule;
     if (has_variants) {
       SHARDSCOPE_ASSIGN_OR_RETURN(uniform_schedule, sim::LowerPlan(sim::WithoutDivergence(*loaded.plan)));
@@ -179,21 +177,34 @@ Status RunSimulate(const SimulateOptions& options) {
                                 sim::MakeCostProvider(baseline_schedule, setup));
     sim::EngineConfig baseline_config = config;
     baseline_config.rank_slowdown.clear();
+    baseline_config.inject_oom.reset();
     baseline_config.progress = nullptr;
     baseline_config.memory.record_history = false;
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline,
                                 sim::Simulate(baseline_schedule, *baseline_costs, baseline_config, nullptr));
-    std::vector<std::string> variants;
+    divergence.emplace();
+    for (const auto& [rank, factor] : config.rank_slowdown) {
+      divergence->sources.push_back(fmt::format("rank {} (kernels and copies x{:g})", rank, factor));
+    }
     if (has_variants) {
       for (const sim::RankVariant& variant : loaded.plan->divergence.variants) {
-        variants.push_back(fmt::format("rank(s) {} run {}", sim::CompressRanks(variant.ranks), variant.description));
+        divergence->sources.push_back(
+            fmt::format("rank(s) {} run {}", sim::CompressRanks(variant.ranks), variant.description));
       }
     }
-    if (result.hung || baseline.hung) {
+    divergence->uniform_completed = !baseline.hung && !baseline.oom_agreed;
+    divergence->uniform_step_ns = baseline.step_ns;
+  }
+  const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
+  SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(
+      report_path, sim::ReportJson(schedule, setup, result, divergence ? &*divergence : nullptr)));
+  std::cout << sim::SummaryText(schedule, setup, result);
+  if (divergence) {
+    if (result.hung || !divergence->uniform_completed) {
       std::cout << fmt::format("  DIVERGENCE: no cost reported: the step {} not complete\n",
                                result.hung ? "does" : "with every rank alike does");
     } else {
-      std::cout << cli::DivergenceSummary(config.rank_slowdown, variants, result.step_ns, baseline.step_ns);
+      std::cout << cli::DivergenceSummary(divergence->sources, result.step_ns, divergence->uniform_step_ns);
     }
   }
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);

@@ -137,6 +137,67 @@ TEST(DivergenceTest, LongerSequencesOnOneRankCostTimeWithoutHanging) {
   EXPECT_TRUE(Completed(*uniform));
   // Rank 0 waits for rank 1 at every collective after its compute: the step is rank 1's.
   EXPECT_GT(with->step_ns, uniform->step_ns);
+  ASSERT_TRUE(with->straggler.has_value());
+  EXPECT_EQ(with->straggler->rank, 1);
+  EXPECT_FALSE(uniform->straggler.has_value());
+}
+
+// FLOPs of the GEMMs whose display name starts with `prefix`.
+double GemmFlopsNamed(const traces::Program& program, const std::string& prefix) {
+  double flops = 0;
+  for (const traces::Op& op : program.ops) {
+    const auto* kernel = std::get_if<traces::KernelOp>(&op.payload);
+    if (kernel == nullptr || program.NameOf(op.name).rfind(prefix, 0) != 0) continue;
+    if (const auto* gemm = std::get_if<traces::GemmDesc>(&kernel->compute)) {
+      flops += 2.0 * static_cast<double>(gemm->m) * static_cast<double>(gemm->n) * static_cast<double>(gemm->k) *
+               static_cast<double>(gemm->batch);
+    }
+  }
+  return flops;
+}
+
+int64_t AllToAllBytesNamed(const traces::Program& program, const std::string& name) {
+  int64_t bytes = 0;
+  for (const traces::Op& op : program.ops) {
+    const auto* c = std::get_if<traces::CollectiveOp>(&op.payload);
+    if (c != nullptr && c->type == traces::CollectiveType::kAllToAll && program.NameOf(op.name) == name) bytes += c->bytes;
+  }
+  return bytes;
+}
+
+// Expert parallelism over 2 ranks: rank 1's experts get twice the balanced tokens. Its
+// expert GEMMs run twice the rows (twice the FLOPs), its dispatch receives twice the bytes
+// (the all-to-all is bounded by its larger side), the uneven all-to-all still meets, and rank
+// 1 is the rank its peer waits for.
+TEST(DivergenceTest, MoeRoutingImbalanceLoadsOneRanksExperts) {
+  const Plan plan = MustParse(
+      "model: {preset: llama3-8b, layers: 2, hidden: 256, heads: 4, kv_heads: 2, ffn: 512, vocab: 1000, experts: 4,"
+      " experts_per_token: 2}\n"
+      "cluster: {preset: dgx-a100, nodes: 1, gpus_per_node: 2}\n"
+      "strategy: fsdp2\n"
+      "training: {seq_len: 1024}\n"
+      "moe: {expert_parallel: 2}\n"
+      "divergence: {moe_load: {1: 2}}\n");
+  ASSERT_EQ(plan.divergence.variants.size(), 1u);
+  EXPECT_EQ(plan.divergence.variants[0].description, "moe_load 2");
+  const traces::Schedule schedule = MustLower(plan);
+  const traces::Program& balanced = schedule.ProgramOf(0);
+  const traces::Program& loaded = schedule.ProgramOf(1);
+  ASSERT_GT(GemmFlopsNamed(balanced, "moe.experts."), 0);
+  EXPECT_DOUBLE_EQ(GemmFlopsNamed(loaded, "moe.experts."), 2 * GemmFlopsNamed(balanced, "moe.experts."));
+  // Dense GEMMs run the rank's own tokens either way.
+  ASSERT_GT(GemmFlopsNamed(balanced, "attn."), 0);
+  EXPECT_DOUBLE_EQ(GemmFlopsNamed(loaded, "attn."), GemmFlopsNamed(balanced, "attn."));
+  // T x top_k x hidden x 2 B per dispatch (forward, and its backward), doubled on rank 1.
+  const int64_t routed = int64_t{1024} * 2 * 256 * 2;
+  ASSERT_GT(AllToAllBytesNamed(balanced, "MoE::dispatch"), 0);
+  EXPECT_EQ(AllToAllBytesNamed(balanced, "MoE::dispatch") % routed, 0);
+  EXPECT_EQ(AllToAllBytesNamed(loaded, "MoE::dispatch"), 2 * AllToAllBytesNamed(balanced, "MoE::dispatch"));
+  const std::optional<SimulationResult> result = RunSimulation(schedule);
+  ASSERT_TRUE(result);
+  EXPECT_TRUE(Completed(*result));
+  ASSERT_TRUE(result->straggler.has_value());
+  EXPECT_EQ(result->straggler->rank, 1);
 }
 
 TEST(DivergenceTest, SlowdownReachesTheEngineThroughTheSchedule) {

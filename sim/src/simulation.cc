@@ -626,7 +626,8 @@ nlohmann::ordered_json OomJson(const std::optional<OomInfo>& oom) {
 
 }  // namespace
 
-std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
+std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result,
+                       const DivergenceCost* divergence) {
   const Figures f = ComputeFigures(schedule, setup, result);
   nlohmann::ordered_json j;
   j["shardscope_version"] = std::string(Version());
@@ -677,6 +678,19 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                       {"wait_caused_ns", st.wait_caused_ns}};
   } else {
     j["straggler"] = nullptr;
+  }
+  // The divergence's sources and what they cost against every rank alike (cost null when
+  // either run does not complete).
+  if (divergence != nullptr) {
+    const bool both = divergence->uniform_completed && !result.hung && !result.oom_agreed;
+    j["divergence"] = {{"sources", divergence->sources},
+                       {"uniform_step_time_ns", divergence->uniform_completed
+                                                    ? nlohmann::ordered_json(divergence->uniform_step_ns)
+                                                    : nlohmann::ordered_json(nullptr)},
+                       {"cost_ns", both ? nlohmann::ordered_json(result.step_ns - divergence->uniform_step_ns)
+                                        : nlohmann::ordered_json(nullptr)}};
+  } else {
+    j["divergence"] = nullptr;
   }
   j["hang"] = result.hung;
   // oom.policy catch_and_sync: where the ranks agreed on an OOM (present only then).

@@ -91,9 +91,18 @@ class TraceRecorder : public EngineObserver {
 // ranks whose timelines are identical to each other but differ from all ranks already shown.
 std::vector<int32_t> DefaultTraceRanks(const SimulationResult& result, int32_t gpus_per_node);
 
-// Writes report.json (schema in docs/REPORT.md).
+// What the plan's divergence (plan.h DivergenceConfig, and `simulate --straggler`) costs: the
+// same job run with every rank alike.
+struct DivergenceCost {
+  std::vector<std::string> sources;  // "rank 3 (kernels and copies x1.5)", "rank(s) 5 run training.seq_len 12288"
+  bool uniform_completed = false;    // the run with every rank alike completed
+  int64_t uniform_step_ns = 0;
+};
+
+// Writes report.json (schema in docs/REPORT.md). `divergence` (may be null: "divergence": null)
+// adds what the divergence costs.
 std::string ReportJson(const traces::Schedule& schedule, const SimulationSetup& setup,
-                       const SimulationResult& result);
+                       const SimulationResult& result, const DivergenceCost* divergence = nullptr);
 
 // A rank's allocator state in the layout of torch.cuda.memory._snapshot(): segments with
 // blocks, and device_traces with the actions (times in microseconds).
