@@ -779,22 +779,6 @@ std::string_view CauseKindName(RootCauseKind kind) {
   return "";
 }
 
-// c10::ScalarType names, as Flight Recorder writes input_dtypes / output_dtypes.
-std::string_view TorchDTypeName(traces::DType dtype) {
-  switch (dtype) {
-    case traces::DType::kFloat32:
-    case traces::DType::kTFloat32: return "Float";
-    case traces::DType::kBFloat16: return "BFloat16";
-    case traces::DType::kFloat16: return "Half";
-    case traces::DType::kFloat8E4M3: return "Float8_e4m3fn";
-    case traces::DType::kFloat8E5M2: return "Float8_e5m2";
-    case traces::DType::kInt8: return "Char";
-    case traces::DType::kInt32: return "Int";
-    case traces::DType::kInt64: return "Long";
-    case traces::DType::kFloat64: return "Double";
-  }
-  return "Float";
-}
 
 }  // namespace
 
@@ -1130,7 +1114,7 @@ std::string FlightRecorderJson(const traces::Schedule& schedule, const Simulatio
         state = "scheduled";
       }
     }
-    const std::string dtype(TorchDTypeName(coll->dtype));
+    const std::string dtype(traces::TorchScalarTypeName(coll->dtype));
     nlohmann::ordered_json entry;
     entry["record_id"] = record_id++;
     entry["pg_id"] = comm;

@@ -79,22 +79,6 @@ class MetadataReader {
   const std::string& label_;
 };
 
-// The c10::ScalarType names PyTorch's profiler writes in the "dtype" arg.
-std::string_view TorchScalarTypeName(traces::DType dtype) {
-  switch (dtype) {
-    case traces::DType::kFloat32: return "Float";
-    case traces::DType::kTFloat32: return "Float";
-    case traces::DType::kBFloat16: return "BFloat16";
-    case traces::DType::kFloat16: return "Half";
-    case traces::DType::kFloat8E4M3: return "Float8_e4m3fn";
-    case traces::DType::kFloat8E5M2: return "Float8_e5m2";
-    case traces::DType::kInt8: return "Char";
-    case traces::DType::kInt32: return "Int";
-    case traces::DType::kInt64: return "Long";
-    case traces::DType::kFloat64: return "Double";
-  }
-  return "Unknown";
-}
 
 std::string_view CollectiveKernelName(traces::CollectiveType type) {
   switch (type) {
@@ -469,7 +453,7 @@ void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
     traces::CollectiveInfo info;
     info.collective_name = std::string(traces::CollectiveTypeName(coll->type));
     info.process_group = comm.name;
-    info.dtype = std::string(TorchScalarTypeName(coll->dtype));
+    info.dtype = std::string(traces::TorchScalarTypeName(coll->dtype));
     info.group_size = static_cast<int32_t>(comm.ranks.size());
     info.seq = run.seq;
     info.rank = span.rank;

@@ -55,6 +55,23 @@ std::optional<DType> ParseDType(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view TorchScalarTypeName(DType dtype) {
+  // c10/core/ScalarType.h: the names of ScalarType's members.
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kTFloat32: return "Float";  // tf32 is a math mode on float32 tensors
+    case DType::kBFloat16: return "BFloat16";
+    case DType::kFloat16: return "Half";
+    case DType::kFloat8E4M3: return "Float8_e4m3fn";
+    case DType::kFloat8E5M2: return "Float8_e5m2";
+    case DType::kInt8: return "Char";
+    case DType::kInt32: return "Int";
+    case DType::kInt64: return "Long";
+    case DType::kFloat64: return "Double";
+  }
+  return "Float";
+}
+
 std::string_view CollectiveTypeName(CollectiveType type) {
   return kCollectiveNames[static_cast<size_t>(type)];
 }

@@ -35,6 +35,9 @@ int64_t DTypeSize(DType dtype);
 // "fp32", "tf32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int32", "int64", "fp64".
 std::string_view DTypeName(DType dtype);
 std::optional<DType> ParseDType(std::string_view name);  // also accepts "float32", "bfloat16", ...
+// The c10::ScalarType name PyTorch writes for it (profiler "dtype" args, Flight Recorder
+// input_dtypes): "Float" (fp32 and tf32), "BFloat16", "Half", "Float8_e4m3fn", ...
+std::string_view TorchScalarTypeName(DType dtype);
 
 // ---- Compute descriptors: what a kernel does, so the simulator can cost it and the
 // runtime can reproduce it with a proxy kernel of the same shape.
