@@ -20,23 +20,6 @@ using traces::Slice;
 // (CUPTI correlation ids are 32-bit).
 constexpr int kFlowRankShift = 32;
 
-// PyTorch's ScalarType names for the "dtype" arg of NCCL kernels; the same table as sim's
-// TraceRecorder (sim/src/simulation.cc TorchScalarTypeName), which profiler cannot depend on.
-std::string_view TorchScalarTypeName(traces::DType dtype) {
-  switch (dtype) {
-    case traces::DType::kFloat32: return "Float";
-    case traces::DType::kTFloat32: return "Float";
-    case traces::DType::kBFloat16: return "BFloat16";
-    case traces::DType::kFloat16: return "Half";
-    case traces::DType::kFloat8E4M3: return "Float8_e4m3fn";
-    case traces::DType::kFloat8E5M2: return "Float8_e5m2";
-    case traces::DType::kInt8: return "Char";
-    case traces::DType::kInt32: return "Int";
-    case traces::DType::kInt64: return "Long";
-    case traces::DType::kFloat64: return "Double";
-  }
-  return "Unknown";
-}
 
 // Where a collective op sits in its communicator's order within one step.
 struct CollectiveSlot {
@@ -89,7 +72,7 @@ traces::CollectiveInfo CollectiveInfoOf(const traces::Schedule& schedule, const 
   traces::CollectiveInfo info;
   info.collective_name = std::string(traces::CollectiveTypeName(coll.type));
   info.process_group = comm.name;
-  info.dtype = std::string(TorchScalarTypeName(coll.dtype));
+  info.dtype = std::string(traces::TorchScalarTypeName(coll.dtype));
   info.group_size = static_cast<int32_t>(comm.ranks.size());
   info.seq = step * slot.per_step + slot.index_in_step;
   info.rank = rank;
