@@ -24,6 +24,7 @@
 #include "inputs.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/file_io.h"
 #include "shardscope/traces/listing.h"
 #include "shardscope/traces/schedule_json.h"
 
@@ -40,20 +41,6 @@ int Fail(const Status& status) {
   return ExitCodeFor(status);
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-    out << text;
-    out.flush();
-    if (!out) return Status::IoError(fmt::format("cannot write '{}'", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
-  return Status::Ok();
-}
 
 // "all", "none", or a list like "0-7,12,100".
 StatusOr<std::vector<int32_t>> ParseTraceRanks(const std::string& text, int32_t world) {
@@ -150,7 +137,7 @@ Status RunSimulate(const SimulateOptions& options) {
       const std::string path =
           (std::filesystem::path(options.out_dir) / fmt::format("flight_recorder_rank{}.json", rank)).string();
       SHARDSCOPE_RETURN_IF_ERROR(
-          WriteFileAtomically(path, sim::FlightRecorderJson(schedule, result, rank, &collectives)));
+          traces::WriteFileAtomically(path, sim::FlightRecorderJson(schedule, result, rank, &collectives)));
     }
   }
   SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
@@ -161,7 +148,7 @@ Status RunSimulate(const SimulateOptions& options) {
     const std::string path =
         (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.json", rank)).string();
     SHARDSCOPE_RETURN_IF_ERROR(
-        WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
+        traces::WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
   }
   // What the divergence costs: one more run with every rank alike (the plan without its
   // divergence section, no stragglers, no injected fault; no trace, no memory history).
@@ -196,7 +183,7 @@ Status RunSimulate(const SimulateOptions& options) {
     divergence->uniform_step_ns = baseline.step_ns;
   }
   const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
-  SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
       report_path, sim::ReportJson(schedule, setup, result, divergence ? &*divergence : nullptr)));
   std::cout << sim::SummaryText(schedule, setup, result);
   if (divergence) {
@@ -251,7 +238,7 @@ Status RunSchedule(const std::string& input, const std::string& output, bool lis
       std::cout << text;
       return Status::Ok();
     }
-    return WriteFileAtomically(output, text);
+    return traces::WriteFileAtomically(output, text);
   }
   SHARDSCOPE_RETURN_IF_ERROR(traces::WriteScheduleFile(loaded.schedule, output.empty() ? "schedule.json" : output));
   std::cout << fmt::format("wrote {}: {} ranks, {} program(s), {} ops in the first program\n", output,
@@ -314,7 +301,7 @@ Status RunAllocTrace(const AllocTraceOptions& options) {
   sim::AllocTrace trace = sim::AllocTraceFromSchedule(schedule, options.rank, device_bytes);
   trace.description = fmt::format("{}, rank {}: {}", std::filesystem::path(options.plan).filename().string(),
                                   options.rank, trace.description);
-  SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(options.output, sim::AllocTraceToJson(trace)));
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(options.output, sim::AllocTraceToJson(trace)));
   std::cout << fmt::format("wrote {}: {} ops, {} streams, device {} bytes\n", options.output, trace.ops.size(),
                            trace.streams, trace.device_memory_bytes);
   return Status::Ok();

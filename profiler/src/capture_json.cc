@@ -1,5 +1,7 @@
 #include "shardscope/profiler/capture_json.h"
 
+#include "shardscope/traces/file_io.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -396,23 +398,7 @@ std::string ActivityCaptureToJson(const ActivityCapture& capture) {
 }
 
 Status WriteActivityCaptureFile(const ActivityCapture& capture, const std::string& path) {
-  const std::string temp_path = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(fmt::format("cannot create '{}': {}", temp_path, std::strerror(errno)));
-    out << ActivityCaptureToJson(capture);
-    out.flush();
-    if (!out) {
-      std::remove(temp_path.c_str());
-      return Status::IoError(fmt::format("writing '{}' failed (disk full?)", temp_path));
-    }
-  }
-  if (std::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temp_path.c_str());
-    return Status::IoError(fmt::format("cannot rename '{}' to '{}': {}", temp_path, path, std::strerror(error)));
-  }
-  return Status::Ok();
+  return traces::WriteFileAtomically(path, ActivityCaptureToJson(capture));
 }
 
 }  // namespace shardscope::profiler

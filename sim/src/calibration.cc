@@ -7,6 +7,8 @@
 // durations come from a provider built on everything fitted before.
 #include "shardscope/sim/calibration.h"
 
+#include "shardscope/traces/file_io.h"
+
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
@@ -1031,23 +1033,7 @@ StatusOr<CalibrationProfile> ReadCalibrationProfile(const std::string& path) {
 }
 
 Status WriteCalibrationProfile(const CalibrationProfile& profile, const std::string& path) {
-  const std::string temp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out.is_open()) return Status::IoError(fmt::format("cannot create '{}': {}", temp, std::strerror(errno)));
-    out << CalibrationProfileYaml(profile);
-    out.flush();
-    if (!out) {
-      std::remove(temp.c_str());
-      return Status::IoError(fmt::format("cannot write '{}'", temp));
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temp.c_str());
-    return Status::IoError(fmt::format("cannot rename '{}' onto '{}': {}", temp, path, reason));
-  }
-  return Status::Ok();
+  return traces::WriteFileAtomically(path, CalibrationProfileYaml(profile));
 }
 
 }  // namespace shardscope::sim

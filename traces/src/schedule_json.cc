@@ -12,6 +12,8 @@
 #include "json_text.h"
 #include "shardscope/traces/schedule_json.h"
 
+#include "shardscope/traces/file_io.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -1274,28 +1276,7 @@ StatusOr<Schedule> ReadScheduleFile(const std::string& path) {
 std::string ScheduleToJson(const Schedule& schedule) { return ScheduleWriter().Write(schedule); }
 
 Status WriteScheduleFile(const Schedule& schedule, const std::string& path) {
-  const std::string text = ScheduleToJson(schedule);
-  const std::string temp_path = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
-    if (!out.is_open()) {
-      return Status::IoError(
-          fmt::format("cannot create '{}': {}", temp_path, std::strerror(errno)));
-    }
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (out.fail()) {
-      std::remove(temp_path.c_str());
-      return Status::IoError(fmt::format("writing '{}' failed (disk full?)", temp_path));
-    }
-  }
-  if (std::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temp_path.c_str());
-    return Status::IoError(
-        fmt::format("cannot rename '{}' to '{}': {}", temp_path, path, std::strerror(error)));
-  }
-  return Status::Ok();
+  return WriteFileAtomically(path, ScheduleToJson(schedule));
 }
 
 }  // namespace shardscope::traces
