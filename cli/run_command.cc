@@ -1,8 +1,9 @@
 // `shardscope run PLAN|SCHEDULE -o DIR`: executes the schedule, one process per rank under
 // mpirun. The host backend (runtime/host_backend.h) runs it without a GPU: execution semantics
 // (streams, events, collectives on real buffers, the allocator policy, hangs), not performance.
+// The CUDA backend (runtime/cuda_backend.h) runs it on GPUs: CUDA streams, NCCL, proxy kernels.
 // MPI is initialized only here, after the arguments parsed; without mpirun the job is one rank
-// (MPI's singleton init).
+// (MPI's singleton init), or, with --backend cuda, one process driving every local GPU.
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "shardscope/runtime/cuda_backend.h"
 #include "shardscope/runtime/host_backend.h"
 
 namespace shardscope::cli {
@@ -64,18 +66,20 @@ struct RunCommandOptions {
   double time_scale = 0.001;
   std::string inject_oom;
   double device_memory_gb = 0;  // 0: the schedule's GPU
+  bool cuda_graph = false;
   bool quiet = false;
 };
 
 Status RunRun(const RunCommandOptions& options) {
-  if (options.backend == "cuda") {
-    // The CUDA backend (CUDA streams and events, NCCL, cudaMalloc under the same allocator
-    // policy) is the next step of the runtime; this build has only the host backend.
-    return Status::InvalidInput("--backend cuda: this build has no CUDA backend (no CUDA device is used); "
-                                "run the schedule's semantics without a GPU with --backend host");
-  }
-  if (options.backend != "host") {
+  if (options.backend != "host" && options.backend != "cuda") {
     return Status::InvalidInput(fmt::format("--backend: expected 'host' or 'cuda', got '{}'", options.backend));
+  }
+  const bool cuda = options.backend == "cuda";
+  if (options.cuda_graph && !cuda) return Status::InvalidInput("--cuda-graph needs --backend cuda");
+  if (cuda) {
+    // Before anything is read or written: a machine without a driver or a device (or a build
+    // without the backend) fails here with "no CUDA device: <cuda error>" and writes nothing.
+    SHARDSCOPE_RETURN_IF_ERROR(runtime::CudaDeviceCount().status());
   }
   constexpr double kBytesPerGiB = double(int64_t{1} << 30);
   if (!(options.device_memory_gb >= 0) || options.device_memory_gb * kBytesPerGiB > 9.0e18) {
@@ -98,13 +102,22 @@ Status RunRun(const RunCommandOptions& options) {
 
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::MpiSession> mpi, runtime::MpiSession::Init());
   if (mpi->rank() == 0 && !options.quiet) {
-    std::cerr << fmt::format("shardscope: running {} on {} rank(s), host backend\n", options.input,
-                             mpi->world_size());
+    std::cerr << fmt::format("shardscope: running {} on {} process(es), {} backend\n", options.input,
+                             mpi->world_size(), options.backend);
   }
-  SHARDSCOPE_ASSIGN_OR_RETURN(runtime::RunResult result, runtime::RunHostBackend(*mpi, loaded.schedule, loaded.setup, run));
+  runtime::RunResult result;
+  if (cuda) {
+    runtime::CudaRunOptions cuda_run;
+    cuda_run.common = run;
+    cuda_run.cuda_graph = options.cuda_graph;
+    SHARDSCOPE_ASSIGN_OR_RETURN(result, runtime::RunCudaBackend(*mpi, loaded.schedule, loaded.setup, cuda_run));
+  } else {
+    SHARDSCOPE_ASSIGN_OR_RETURN(result, runtime::RunHostBackend(*mpi, loaded.schedule, loaded.setup, run));
+  }
   if (mpi->rank() == 0) {
     std::cout << result.summary;
-    std::cout << fmt::format("  wrote {0}/report.json and {0}/host_timeline.json\n", options.out_dir);
+    std::cout << (cuda ? fmt::format("  wrote {}/report.json\n", options.out_dir)
+                       : fmt::format("  wrote {0}/report.json and {0}/host_timeline.json\n", options.out_dir));
   }
   if (!result.oom_ranks.empty() || !result.completed) {
     return Status::Internal(mpi->rank() == 0 ? "the run did not complete: a rank ran out of memory"
@@ -122,12 +135,17 @@ CommandRunner AddRunCommand(CLI::App& app) {
       "Execute a plan or schedule, one process per rank under mpirun (mpirun -np N shardscope run ...). "
       "--backend host runs it without a GPU: streams as threads, MPI collectives on host buffers, the simulator's "
       "allocator policy, kernels busy-waiting their predicted time x --time-scale. It checks execution semantics "
-      "(ordering, collectives, memory, hangs), not performance. Writes DIR/report.json and DIR/host_timeline.json; "
-      "a hang writes DIR/flight_recorder/rank_<r>.json and aborts the job");
+      "(ordering, collectives, memory, hangs), not performance. --backend cuda runs it on GPUs with proxy kernels of "
+      "the schedule's shapes and NCCL. Writes DIR/report.json (and, host backend, DIR/host_timeline.json); a hang "
+      "writes DIR/flight_recorder/rank_<r>.json and aborts the job");
   cmd->add_option("input", options->input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", options->out_dir, "Output directory")->capture_default_str();
-  cmd->add_option("--backend", options->backend, "host (MPI + threads, no GPU) or cuda (not in this build)")
+  cmd->add_option("--backend", options->backend,
+                  "host (MPI + threads, no GPU) or cuda (CUDA streams, NCCL, proxy kernels; one process per GPU "
+                  "under mpirun, or one process over every local GPU)")
       ->capture_default_str();
+  cmd->add_flag("--cuda-graph", options->cuda_graph,
+                "--backend cuda: also capture one step in a CUDA graph and replay it (eager vs replay step times)");
   cmd->add_option("--steps", options->steps, "Measured steps")->capture_default_str();
   cmd->add_option("--warmup", options->warmup, "Steps run before the measured ones")->capture_default_str();
   cmd->add_option("--timeout", options->timeout_s,

@@ -331,6 +331,7 @@ class HostRank {
 
   void ExecuteHostOp(int32_t index, int32_t step) {
     const OpPlan& op = plan_.ops[static_cast<size_t>(index)];
+    if (options_.hooks.before_issue) options_.hooks.before_issue(op.op_id);
     const int64_t start = Now();
     switch (op.op_class) {
       case OpClass::kKernel:
@@ -383,6 +384,7 @@ class HostRank {
     host_busy_ns_ += end - start;
     host_slices_.push_back(SliceRecord{0, index, start, end, step, -1});
     MarkProgress();
+    if (options_.hooks.after_issue) options_.hooks.after_issue(op.op_id);
   }
 
   static size_t Idx(int32_t i) { return static_cast<size_t>(i); }

@@ -122,7 +122,9 @@ sys.exit(0 if ok else 1)
 EOF
 echo "  (b) watchdog test took ${elapsed} s"
 
-# ---- (c) errors: the world size must match the schedule; no CUDA backend in this build.
+# ---- (c) errors: the world size must match the schedule; --backend cuda of the 2-rank
+# schedule from one process cannot run here (no CUDA backend in this build, no CUDA device, or
+# fewer than 2 local GPUs: tests/cli/run_cuda_test.sh checks those paths).
 set +e
 timeout 60 "${mpirun_cmd[@]}" -np 2 "$shardscope" run "$work/tiny4.yaml" -o "$work/bad" -q > "$work/bad.out" 2>&1
 rc=$?
@@ -133,9 +135,12 @@ set +e
 "$shardscope" run "$golden" -o "$work/cuda" --backend cuda > "$work/cuda.out" 2>&1
 rc=$?
 set -e
-[ "$rc" -eq 2 ] || fail "(c) --backend cuda: expected exit 2, got $rc"
-grep -q "no CUDA backend" "$work/cuda.out" || fail "(c) --backend cuda: no message"
-[ ! -e "$work/cuda/report.json" ] || fail "(c) --backend cuda wrote a report"
+if [ "$rc" -ne 0 ]; then  # 0: a machine with 2 GPUs ran it
+  [ "$rc" -eq 2 ] || fail "(c) --backend cuda: expected exit 2, got $rc"
+  grep -Eq "no CUDA backend|no CUDA device: |schedule has 2 ranks, the job has 1 process" "$work/cuda.out" ||
+    fail "(c) --backend cuda: no message"
+  [ ! -e "$work/cuda/report.json" ] || fail "(c) --backend cuda wrote a report"
+fi
 
 if [ "$failures" -ne 0 ]; then
   echo "run_host_test: $failures failure(s)"

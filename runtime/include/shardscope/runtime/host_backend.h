@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "shardscope/runtime/op_hooks.h"
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/simulation.h"
 #include "shardscope/traces/schedule.h"
@@ -62,6 +63,7 @@ struct RunOptions {
   std::optional<sim::InjectedOom> inject_oom;
   int64_t capacity_bytes = -1;  // the allocator's device capacity; -1: the schedule's
   bool quiet = false;           // no progress lines on stderr
+  OpHooks hooks;                // called around every op's issue (both backends)
 };
 
 // What rank 0 learns at the end of a run that did not hang (a hang aborts the job instead).
