@@ -21,6 +21,7 @@ struct DiffCommandOptions {
   std::string out_dir = "shardscope-diff";
   int top_n = 20;
   int rank = -1;
+  bool full = false;
 };
 
 Status RunDiff(const DiffCommandOptions& options) {
@@ -31,6 +32,7 @@ Status RunDiff(const DiffCommandOptions& options) {
   traces::DiffOptions diff_options;
   diff_options.top_n = options.top_n;
   diff_options.rank = options.rank;
+  diff_options.full_report = options.full;
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffResult diff, traces::Diff(predicted, measured, diff_options));
   if (diff.predicted.events.empty() && diff.measured.events.empty()) {
     return Status::InvalidInput(options.rank >= 0 ? fmt::format("--rank {}: neither trace has events of that rank", options.rank)
@@ -71,6 +73,8 @@ CommandRunner AddDiffCommand(CLI::App& app) {
   cmd->add_option("--top", options->top_n, "Ops listed by contribution to the step-time difference")
       ->capture_default_str();
   cmd->add_option("--rank", options->rank, "Compare this rank only");
+  cmd->add_flag("--full", options->full,
+                "report.json lists every critical-path step (default: the --top steps holding the most time)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunDiff(*options);

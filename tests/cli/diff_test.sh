@@ -26,7 +26,22 @@ grep -q '"name":"rank 0 predicted"' "$work/diff/trace.json" || fail "trace: no '
 grep -q '"name":"rank 1 measured"' "$work/diff/trace.json" || fail "trace: no 'rank 1 measured' process"
 grep -q '"cat":"diff","name":"match"' "$work/diff/trace.json" || fail "trace: no match flows"
 grep -q '"ph":"i","cat":"diff"\|"cat":"diff".*"ph":"i"\|"name":"diff #1' "$work/diff/trace.json" || fail "trace: no top-N instants"
-grep -q '"schema": "shardscope.diff/1"' "$work/diff/report.json" || fail "report.json: no schema"
+grep -q '"schema": "shardscope.diff/2"' "$work/diff/report.json" || fail "report.json: no schema"
+# report.json lists --top critical-path steps by default, all of them with --full.
+/usr/bin/python3 - "$work/diff/report.json" 5 top_n <<'PY' || fail "report.json: default critical-path listing"
+import json, sys
+side = json.load(open(sys.argv[1]))["measured"]["critical_path"]
+assert side["steps_listed"] == sys.argv[3], side["steps_listed"]
+assert len(side["steps"]) == min(int(sys.argv[2]), side["step_count"]), (len(side["steps"]), side["step_count"])
+assert [s["index"] for s in side["steps"]] == sorted(s["index"] for s in side["steps"])
+PY
+"$bin" diff "$work/predicted" "$work/measured" -o "$work/full" --top 5 --full >/dev/null 2>&1 || fail "diff --full"
+/usr/bin/python3 - "$work/full/report.json" <<'PY' || fail "report.json --full: not every step"
+import json, sys
+side = json.load(open(sys.argv[1]))["measured"]["critical_path"]
+assert side["steps_listed"] == "all" and len(side["steps"]) == side["step_count"] > 5
+assert [s["index"] for s in side["steps"]] == list(range(side["step_count"]))
+PY
 grep -q "^## Error by class" "$work/diff/report.md" || fail "report.md: no class table"
 # The straggler's ops are the ones that differ: every top-N row is on rank 1.
 rows=$(sed -n '/^## Top/,/^## Critical/p' "$work/diff/report.md" | grep -E '^\| [0-9]+ \|')

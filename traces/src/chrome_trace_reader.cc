@@ -21,13 +21,23 @@
 #include <utility>
 #include <vector>
 
+#include "chrome_trace_fast_reader.h"
 #include "json_text.h"
 #include "shardscope/traces/chrome_trace.h"
 
 namespace shardscope::traces {
 namespace {
 
+using namespace std::string_view_literals;
+
 using Json = nlohmann::json;
+using trace_internal::DecimalMicrosToNanos;
+using trace_internal::Field;
+using trace_internal::kFieldCount;
+using trace_internal::kFieldKeys;
+using trace_internal::RawEvent;
+using trace_internal::RawValue;
+using enum trace_internal::Field;
 
 // Containers nested deeper than this are rejected: no real trace comes close, and the cap
 // keeps hostile input from growing the frame stack without bound.
@@ -36,16 +46,12 @@ constexpr size_t kMaxDepth = 512;
 constexpr size_t kMaxQuotedChars = 64;
 // Reading buffer for trace files.
 constexpr size_t kReadBufferBytes = size_t{1} << 20;
-
-// One scalar JSON value as the SAX parser reported it.
-struct RawValue {
-  enum class Type : uint8_t { kNull, kBool, kInt, kFloat, kString };
-  Type type = Type::kNull;
-  bool boolean = false;
-  int64_t integer = 0;  // kInt (unsigned values above INT64_MAX become kFloat)
-  double number = 0;    // kFloat
-  std::string text;     // kString: the value; kFloat: the number as written
-};
+// The fast path gives up on lines longer than this (and the SAX parser reads the file).
+constexpr size_t kMaxFastLineBytes = size_t{1} << 26;
+// The shortest slice line ChromeTraceWriter writes ({"ph":"X","cat":"","name":"","pid":0,
+// "tid":0,"ts":0.000,"dur":0.000,"args":{}} and ",\n"), for reserving: most of a trace is
+// slices, and growing a vector of a million of them costs copies and page faults.
+constexpr size_t kMinSliceLineBytes = 80;
 
 std::string Describe(const RawValue& value) {
   switch (value.type) {
@@ -64,90 +70,6 @@ std::string Describe(const RawValue& value) {
   }
   return "?";
 }
-
-// Parses a JSON number written in microseconds into nanoseconds, exactly: the decimal
-// digits are shifted by three places and rounded (half away from zero), so "1.0005" is
-// 1001 ns and epoch timestamps beyond 2^53 ns keep every nanosecond. nullopt when the
-// value does not fit int64 nanoseconds.
-std::optional<int64_t> DecimalMicrosToNanos(std::string_view text) {
-  // Only the first 20 significant digits can matter (19 for int64 plus the rounding
-  // digit), so they are kept in a fixed buffer: no allocation per timestamp.
-  constexpr size_t kKeptDigits = 24;
-  std::array<char, kKeptDigits> digits{};
-  int64_t significant = 0;  // significant digits seen (leading zeros skipped)
-  int64_t fraction_digits = 0;
-  size_t i = 0;
-  const bool negative = i < text.size() && text[i] == '-';
-  if (negative) ++i;
-  bool in_fraction = false;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '.') {
-      in_fraction = true;
-      continue;
-    }
-    if (c < '0' || c > '9') break;
-    if (in_fraction) ++fraction_digits;
-    if (significant == 0 && c == '0') continue;
-    if (significant < static_cast<int64_t>(kKeptDigits))
-      digits[static_cast<size_t>(significant)] = c;
-    ++significant;
-  }
-  int64_t exponent = 0;
-  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
-    ++i;
-    bool exponent_negative = false;
-    if (i < text.size() && (text[i] == '+' || text[i] == '-')) exponent_negative = text[i++] == '-';
-    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-      // Clamped: any exponent this large already decides the result (0 or overflow).
-      exponent = std::min<int64_t>(exponent * 10 + (text[i] - '0'), 1'000'000);
-    }
-    if (exponent_negative) exponent = -exponent;
-  }
-  if (i != text.size()) return std::nullopt;
-  if (significant == 0) return 0;
-  // value in ns = digits * 10^shift
-  const int64_t shift = exponent - fraction_digits + 3;
-  constexpr int64_t kMaxDigits = 19;  // 10^19 > 2^63: more integer digits always overflow
-  uint64_t magnitude = 0;
-  const auto accumulate = [&](int64_t k) {
-    magnitude = magnitude * 10 + static_cast<uint64_t>(digits[static_cast<size_t>(k)] - '0');
-  };
-  if (shift >= 0) {
-    if (significant + shift > kMaxDigits) return std::nullopt;
-    for (int64_t k = 0; k < significant; ++k) accumulate(k);
-    for (int64_t k = 0; k < shift; ++k) magnitude *= 10;
-  } else {
-    const int64_t keep = significant + shift;  // digits left of the ns decimal point
-    if (keep > kMaxDigits) return std::nullopt;
-    char round_digit = '0';
-    if (keep >= 0) {
-      for (int64_t k = 0; k < keep; ++k) accumulate(k);
-      round_digit = digits[static_cast<size_t>(keep)];  // keep < significant: stored
-    }
-    if (round_digit >= '5') ++magnitude;  // half away from zero
-  }
-  constexpr uint64_t kMaxPositive = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  if (magnitude > kMaxPositive + (negative ? 1 : 0)) return std::nullopt;
-  if (!negative) return static_cast<int64_t>(magnitude);
-  return magnitude == kMaxPositive + 1 ? std::numeric_limits<int64_t>::min()
-                                       : -static_cast<int64_t>(magnitude);
-}
-
-// The event fields the reader looks at; other keys are skipped.
-enum Field : uint8_t { kPh, kName, kCat, kPid, kTid, kTs, kDur, kId, kScope, kFieldCount };
-constexpr std::array<std::string_view, kFieldCount> kFieldKeys = {"ph", "name", "cat", "pid", "tid",
-                                                                  "ts", "dur",  "id",  "s"};
-
-struct RawEvent {
-  std::array<std::optional<RawValue>, kFieldCount> fields;
-  std::vector<std::pair<std::string, RawValue>> args;
-
-  void Clear() {
-    for (auto& field : fields) field.reset();
-    args.clear();
-  }
-};
 
 // One end of a flow waiting for its partner.
 struct FlowPoint {
@@ -168,6 +90,26 @@ class TraceSax final : public nlohmann::json_sax<Json> {
   // Set when the JSON itself is malformed.
   std::optional<size_t> syntax_error_offset() const { return syntax_error_offset_; }
   const std::string& syntax_error_text() const { return syntax_error_text_; }
+
+  // The fast path (FastLayoutReader): after the header was parsed as a document of its own
+  // with an empty "traceEvents", continues as if inside that array again.
+  void ReenterEventsArray() {
+    frames_ = {Frame::kRootObject, Frame::kEvents};
+    root_is_object_ = true;
+    saw_events_ = true;
+    event_index_ = 0;
+  }
+  // The event the fast scanner fills, and its conversion (what end_object does).
+  RawEvent& event() { return event_; }
+  void AppendScannedSlice(Slice&& slice) {
+    timeline_.slices.push_back(std::move(slice));
+    ++event_index_;
+  }
+  bool ConvertScannedEvent() {
+    const bool ok = ConvertEvent();
+    ++event_index_;
+    return ok;
+  }
 
   // Checks what can only be checked at the end.
   bool Finish() {
@@ -472,11 +414,11 @@ class TraceSax final : public nlohmann::json_sax<Json> {
       return Fail(FieldPath(kPh), fmt::format("expected a string, got {}", Describe(*ph)));
     }
     const std::string& phase = ph->text;
-    if (phase == "X") return ConvertSlice();
-    if (phase == "i" || phase == "I") return ConvertInstant();
-    if (phase == "C") return ConvertCounter();
-    if (phase == "M") return ConvertMetadata();
-    if (phase == "s" || phase == "f" || phase == "t") return ConvertFlow(phase == "s");
+    if (phase == "X"sv) return ConvertSlice();
+    if (phase == "i"sv || phase == "I"sv) return ConvertInstant();
+    if (phase == "C"sv) return ConvertCounter();
+    if (phase == "M"sv) return ConvertMetadata();
+    if (phase == "s"sv || phase == "f"sv || phase == "t"sv) return ConvertFlow(phase == "s"sv);
     return true;  // "B"/"E", async and object events: not part of the timeline model
   }
 
@@ -497,8 +439,8 @@ class TraceSax final : public nlohmann::json_sax<Json> {
     std::optional<size_t> op_id_index, collective_index;
     for (size_t i = 0; i < args.size(); ++i) {
       const auto& [key, value] = args[i];
-      if (!op_id_index && key == "op id" && value.type == RawValue::Type::kInt) op_id_index = i;
-      if (!collective_index && key == "Collective name" && value.type == RawValue::Type::kString) {
+      if (!op_id_index && key == "op id"sv && value.type == RawValue::Type::kInt) op_id_index = i;
+      if (!collective_index && key == "Collective name"sv && value.type == RawValue::Type::kString) {
         collective_index = i;
       }
     }
@@ -528,13 +470,13 @@ class TraceSax final : public nlohmann::json_sax<Json> {
                               bool& have_correlation, bool& have_external_id,
                               std::array<bool, 7>& have_collective_field) {
     const bool is_int = value.type == RawValue::Type::kInt;
-    if (key == "correlation" && is_int && !have_correlation) {
+    if (key == "correlation"sv && is_int && !have_correlation) {
       have_correlation = true;
       slice.correlation = value.integer;
       return true;
     }
     // Our writer repeats the op id as "External id"; a PyTorch External id is kept.
-    if (key == "External id" && is_int && !have_external_id && slice.op_id >= 0 &&
+    if (key == "External id"sv && is_int && !have_external_id && slice.op_id >= 0 &&
         value.integer == slice.op_id) {
       have_external_id = true;
       return true;
@@ -560,13 +502,13 @@ class TraceSax final : public nlohmann::json_sax<Json> {
       field = *number;
       return true;
     };
-    if (key == "Process Group Name") return take_string(0, c.process_group);
-    if (key == "dtype") return take_string(1, c.dtype);
-    if (key == "In msg nelems") return take_int64(2, c.in_nelems);
-    if (key == "Out msg nelems") return take_int64(3, c.out_nelems);
-    if (key == "Group size") return take_int32(4, c.group_size);
-    if (key == "Seq") return take_int64(5, c.seq);
-    if (key == "Rank") return take_int32(6, c.rank);
+    if (key == "Process Group Name"sv) return take_string(0, c.process_group);
+    if (key == "dtype"sv) return take_string(1, c.dtype);
+    if (key == "In msg nelems"sv) return take_int64(2, c.in_nelems);
+    if (key == "Out msg nelems"sv) return take_int64(3, c.out_nelems);
+    if (key == "Group size"sv) return take_int32(4, c.group_size);
+    if (key == "Seq"sv) return take_int64(5, c.seq);
+    if (key == "Rank"sv) return take_int32(6, c.rank);
     return false;
   }
 
@@ -609,10 +551,10 @@ class TraceSax final : public nlohmann::json_sax<Json> {
   bool ConvertMetadata() {
     std::string name;
     if (!Text(kName, name)) return false;
-    const bool process = name == "process_name" || name == "process_sort_index";
-    const bool thread = name == "thread_name" || name == "thread_sort_index";
+    const bool process = name == "process_name"sv || name == "process_sort_index"sv;
+    const bool thread = name == "thread_name"sv || name == "thread_sort_index"sv;
     if (!process && !thread) return true;  // process_labels, ...: not modelled
-    const bool is_name = name == "process_name" || name == "thread_name";
+    const bool is_name = name == "process_name"sv || name == "thread_name"sv;
     const std::string_view arg_key = is_name ? "name" : "sort_index";
     RawValue* arg = nullptr;
     for (auto& [key, value] : event_.args) {
@@ -738,16 +680,169 @@ StatusOr<Timeline> RunTraceSax(const std::string& source, Parse parse, LineColum
   return Status::Internal(fmt::format("{}: trace parser stopped without an error", source));
 }
 
+// The fast path for traces in ChromeTraceWriter's layout: the header (every line up to
+// `  "traceEvents": [`) goes through the SAX parser as a small document of its own, then
+// each event line through ScanEventLine and the SAX handler's conversion. Any line that is
+// not exactly in that layout stops it; the caller then reads the whole input with the SAX
+// parser (which also reports the errors of bad input).
+class FastLayoutReader {
+ public:
+  // `input_bytes`: the input's size, to reserve for the most slices it could hold once the
+  // header says it is the writer's layout (pages never touched cost no memory).
+  FastLayoutReader(Timeline& timeline, size_t input_bytes)
+      : timeline_(timeline), input_bytes_(input_bytes), sax_(timeline) {}
+
+  // One line without its '\n'. False: not the writer's layout (or not a valid trace).
+  bool Line(std::string_view line) {
+    switch (state_) {
+      case State::kHeader:
+        return HeaderLine(line);
+      case State::kFirstEvent:
+        if (line.empty()) {  // the writer's empty array: "[\n\n]}"
+          state_ = State::kEmptyBody;
+          return true;
+        }
+        [[fallthrough]];
+      case State::kEvents:
+        if (line == trace_internal::kEventsCloseLine) {
+          if (expect_more_) return false;  // a trailing comma
+          state_ = State::kClosed;
+          return true;
+        }
+        if (state_ == State::kEvents && !expect_more_) return false;  // a missing comma
+        state_ = State::kEvents;
+        expect_more_ = !line.empty() && line.back() == ',';
+        if (expect_more_) line.remove_suffix(1);
+        if (line.starts_with(kSlicePrefix)) {
+          Slice slice;
+          if (trace_internal::ScanWriterSlice(line, slice)) {
+            sax_.AppendScannedSlice(std::move(slice));
+            return true;
+          }
+        }
+        return trace_internal::ScanEventLine(line, sax_.event()) && sax_.ConvertScannedEvent();
+      case State::kEmptyBody:
+        state_ = State::kClosed;
+        return line == trace_internal::kEventsCloseLine;
+      case State::kClosed:
+        return false;  // anything after the closing line
+    }
+    return false;
+  }
+
+  // True while the input can still be the writer's header (so the reader keeps feeding).
+  bool InHeader() const { return state_ == State::kHeader; }
+
+  // At the end of the input: true when it ended as the writer ends a trace.
+  bool Finish() { return state_ == State::kClosed && sax_.Finish(); }
+
+ private:
+  enum class State : uint8_t { kHeader, kFirstEvent, kEvents, kEmptyBody, kClosed };
+  static constexpr std::string_view kSlicePrefix = R"({"ph":"X",)";
+  // Our header is a few hundred bytes; a longer one is someone else's layout.
+  static constexpr size_t kMaxHeaderBytes = size_t{1} << 16;
+
+  bool HeaderLine(std::string_view line) {
+    if (header_.empty() && line != "{") return false;  // the writer's first line
+    header_.append(line);
+    header_ += '\n';
+    if (header_.size() > kMaxHeaderBytes) return false;
+    if (line != trace_internal::kEventsOpenLine) return true;
+    header_ += "]}";
+    if (!Json::sax_parse(header_.data(), header_.data() + header_.size(), &sax_)) return false;
+    sax_.ReenterEventsArray();
+    timeline_.slices.reserve(input_bytes_ / kMinSliceLineBytes);
+    header_.clear();
+    header_.shrink_to_fit();
+    state_ = State::kFirstEvent;
+    return true;
+  }
+
+  Timeline& timeline_;
+  size_t input_bytes_ = 0;
+  TraceSax sax_;
+  State state_ = State::kHeader;
+  bool expect_more_ = false;  // the last event line ended with ','
+  std::string header_;
+};
+
 }  // namespace
 
-StatusOr<Timeline> ParseChromeTrace(std::string_view text, const std::string& source) {
+std::optional<Timeline> trace_internal::ParseWriterLayout(std::string_view text) {
+  try {
+    Timeline timeline;
+    FastLayoutReader reader(timeline, text.size());
+    while (!text.empty()) {
+      const size_t end = text.find('\n');
+      if (!reader.Line(text.substr(0, end))) return std::nullopt;
+      if (end == std::string_view::npos) break;
+      text.remove_prefix(end + 1);
+    }
+    if (!reader.Finish()) return std::nullopt;
+    return timeline;
+  } catch (const std::exception&) {
+    return std::nullopt;  // the SAX parser reports it
+  }
+}
+
+std::optional<Timeline> trace_internal::ReadWriterLayoutFile(const std::string& path) {
+  try {
+    std::ifstream file(path, std::ios::binary);
+    if (!file.is_open()) return std::nullopt;
+    Timeline timeline;
+    file.seekg(0, std::ios::end);
+    const auto bytes = static_cast<size_t>(std::max<std::streamoff>(0, file.tellg()));
+    file.seekg(0, std::ios::beg);
+    FastLayoutReader reader(timeline, bytes);
+    std::vector<char> block(kReadBufferBytes);
+    size_t filled = 0;  // bytes in block; [0, filled) starts at a line's beginning
+    bool at_end = false;
+    while (!at_end) {
+      if (filled == block.size()) {
+        // A line longer than the block: only events can be that long (huge names).
+        if (reader.InHeader() || block.size() >= kMaxFastLineBytes) return std::nullopt;
+        block.resize(block.size() * 2);
+      }
+      file.read(block.data() + filled, static_cast<std::streamsize>(block.size() - filled));
+      const auto got = static_cast<size_t>(file.gcount());
+      at_end = got == 0;
+      filled += got;
+      std::string_view data(block.data(), filled);
+      size_t consumed = 0;
+      while (true) {
+        const size_t end = data.find('\n', consumed);
+        if (end == std::string_view::npos) break;
+        if (!reader.Line(data.substr(consumed, end - consumed))) return std::nullopt;
+        consumed = end + 1;
+      }
+      if (at_end && consumed < filled) {  // a last line without '\n'
+        if (!reader.Line(data.substr(consumed))) return std::nullopt;
+        consumed = filled;
+      }
+      std::memmove(block.data(), block.data() + consumed, filled - consumed);
+      filled -= consumed;
+    }
+    if (file.bad() || !reader.Finish()) return std::nullopt;
+    return timeline;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+StatusOr<Timeline> trace_internal::ParseWithSax(std::string_view text, const std::string& source) {
   return RunTraceSax(
       source,
       [&](TraceSax& sax) { return Json::sax_parse(text.data(), text.data() + text.size(), &sax); },
       [&](size_t offset) { return LineColumn(text, offset); });
 }
 
+StatusOr<Timeline> ParseChromeTrace(std::string_view text, const std::string& source) {
+  if (std::optional<Timeline> fast = trace_internal::ParseWriterLayout(text)) return std::move(*fast);
+  return trace_internal::ParseWithSax(text, source);
+}
+
 StatusOr<Timeline> ReadChromeTraceFile(const std::string& path) {
+  if (std::optional<Timeline> fast = trace_internal::ReadWriterLayoutFile(path)) return std::move(*fast);
   std::vector<char> buffer(kReadBufferBytes);
   std::ifstream file;
   file.rdbuf()->pubsetbuf(buffer.data(), static_cast<std::streamsize>(buffer.size()));

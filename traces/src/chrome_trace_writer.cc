@@ -1,8 +1,9 @@
 // Streaming Chrome-JSON writer (Kineto conventions; see chrome_trace.h for the layout).
 //
-// Every event is formatted into one reused string and appended to a buffered std::ofstream,
-// so memory stays constant however long the trace. The file is written under a temporary
-// name and renamed into place by Finish(), so readers never see half a trace.
+// Every event is appended to one reused string that goes to the (unbuffered) std::ofstream
+// a megabyte at a time, so memory stays constant however long the trace. The file is
+// written under a temporary name and renamed into place by Finish(), so readers never see
+// half a trace.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <iterator>
 #include <string_view>
 
+#include "chrome_trace_fast_reader.h"
 #include "shardscope/traces/chrome_trace.h"
 
 namespace shardscope::traces {
@@ -27,40 +29,18 @@ constexpr std::array<std::string_view, 7> kReservedTopLevelKeys = {
     "schemaVersion",       "deviceProperties", "distributedInfo", "displayTimeUnit",
     "baseTimeNanoseconds", "producer",         "traceEvents"};
 
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if the bytes there are not one
-// (the same rules as nlohmann's lexer: no overlong forms, surrogates or code points above
-// U+10FFFF, which is what makes the output readable by our own reader).
-size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char lead = byte(i);
-  const size_t left = s.size() - i;
-  const auto continuation = [&](size_t k, unsigned char lo, unsigned char hi) {
-    return k < left && byte(i + k) >= lo && byte(i + k) <= hi;
-  };
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) return continuation(1, 0x80, 0xBF) ? 2 : 0;
-  if (lead >= 0xE0 && lead <= 0xEF) {
-    const unsigned char lo = lead == 0xE0 ? 0xA0 : 0x80;  // no overlong 3-byte forms
-    const unsigned char hi = lead == 0xED ? 0x9F : 0xBF;  // no UTF-16 surrogates
-    return continuation(1, lo, hi) && continuation(2, 0x80, 0xBF) ? 3 : 0;
-  }
-  if (lead >= 0xF0 && lead <= 0xF4) {
-    const unsigned char lo = lead == 0xF0 ? 0x90 : 0x80;  // no overlong 4-byte forms
-    const unsigned char hi = lead == 0xF4 ? 0x8F : 0xBF;  // nothing above U+10FFFF
-    return continuation(1, lo, hi) && continuation(2, 0x80, 0xBF) && continuation(3, 0x80, 0xBF)
-               ? 4
-               : 0;
-  }
-  return 0;
-}
-
 void AppendJsonString(std::string& out, std::string_view s) {
   out += '"';
   size_t i = 0;
   while (i < s.size()) {
+    // Copy the longest run of plain bytes at once (names are almost always all plain).
+    const size_t run = trace_internal::PlainRunLength(s.data() + i, s.size() - i);
+    out.append(s.data() + i, run);
+    i += run;
+    if (i == s.size()) break;
     const auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
-      const size_t length = Utf8SequenceLength(s, i);
+      const size_t length = trace_internal::Utf8SequenceLength(s, i);
       if (length == 0) {
         out += "\\ufffd";  // invalid byte: JSON must be valid UTF-8
         ++i;
@@ -92,16 +72,22 @@ void AppendJsonString(std::string& out, std::string_view s) {
       case '\t':
         out += "\\t";
         break;
-      default:
-        if (c < 0x20) {
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += static_cast<char>(c);
-        }
+      default: {  // other control characters
+        static constexpr char kHex[] = "0123456789abcdef";
+        const char escape[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xF]};
+        out.append(escape, sizeof(escape));
+      }
     }
     ++i;
   }
   out += '"';
+}
+
+// Integers through fmt::format_int (no format-string parsing, no iterator adaptor).
+template <typename Int>
+void AppendInt(std::string& out, Int value) {
+  const fmt::format_int text(value);
+  out.append(text.data(), text.size());
 }
 
 // ns -> microseconds with exactly three decimals, by integer arithmetic (a double would
@@ -110,8 +96,12 @@ void AppendMicros(std::string& out, int64_t ns) {
   // Negate in unsigned arithmetic so that INT64_MIN works too.
   const uint64_t magnitude =
       ns < 0 ? uint64_t{0} - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
-  fmt::format_to(std::back_inserter(out), "{}{}.{:03}", ns < 0 ? "-" : "", magnitude / 1000,
-                 magnitude % 1000);
+  if (ns < 0) out += '-';
+  AppendInt(out, magnitude / 1000);
+  const auto fraction = static_cast<unsigned>(magnitude % 1000);
+  const char digits[4] = {'.', static_cast<char>('0' + fraction / 100), static_cast<char>('0' + fraction / 10 % 10),
+                          static_cast<char>('0' + fraction % 10)};
+  out.append(digits, sizeof(digits));
 }
 
 void AppendDouble(std::string& out, double value) {
@@ -127,7 +117,7 @@ void AppendDouble(std::string& out, double value) {
 
 void AppendArgValue(std::string& out, const std::variant<int64_t, double, std::string>& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) {
-    fmt::format_to(std::back_inserter(out), "{}", *i);
+    AppendInt(out, *i);
   } else if (const auto* d = std::get_if<double>(&value)) {
     AppendDouble(out, *d);
   } else {
@@ -173,7 +163,10 @@ void AppendEventHead(std::string& out, std::string_view ph, std::string_view cat
   AppendJsonString(out, cat);
   out += ",\"name\":";
   AppendJsonString(out, name);
-  fmt::format_to(std::back_inserter(out), ",\"pid\":{},\"tid\":{}", pid, tid);
+  out += ",\"pid\":";
+  AppendInt(out, pid);
+  out += ",\"tid\":";
+  AppendInt(out, tid);
 }
 
 void AppendMetadataEvent(std::string& out, std::string_view name, int32_t pid, int32_t tid,
@@ -206,10 +199,9 @@ StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Open(const std::
   }
   std::unique_ptr<ChromeTraceWriter> writer(
       new ChromeTraceWriter(path, fmt::format("{}.tmp.{}", path, ::getpid())));
-  writer->file_buffer_.resize(kFileBufferBytes);
-  // pubsetbuf must come before open to take effect in libstdc++.
-  writer->out_.rdbuf()->pubsetbuf(writer->file_buffer_.data(),
-                                  static_cast<std::streamsize>(writer->file_buffer_.size()));
+  // The writer buffers itself (event_); writes reach the file a block at a time.
+  writer->out_.rdbuf()->pubsetbuf(nullptr, 0);  // before open, to take effect in libstdc++
+  writer->event_.reserve(kFileBufferBytes + kFileBufferBytes / 4);
   writer->out_.open(writer->temp_path_, std::ios::binary | std::ios::trunc);
   if (!writer->out_.is_open()) {
     const int error = errno;
@@ -236,8 +228,7 @@ StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Open(const std::
     AppendArgValue(header, arg.value);
     header += ",\n";
   }
-  header += "  \"traceEvents\": [\n";
-  writer->out_.write(header.data(), static_cast<std::streamsize>(header.size()));
+  header += "  \"traceEvents\": [\n";  // stays in event_ until the first flush
   return writer;
 }
 
@@ -248,14 +239,20 @@ ChromeTraceWriter::~ChromeTraceWriter() {
 }
 
 std::string& ChromeTraceWriter::BeginEvent() {
-  event_.clear();
   if (!first_event_) event_ += ",\n";
   first_event_ = false;
   return event_;
 }
 
 void ChromeTraceWriter::EndEvent() {
+  // Events collect in event_ and go to the file a block at a time: one copy fewer than
+  // through the stream's buffer.
+  if (event_.size() >= kFileBufferBytes) FlushEvents();
+}
+
+void ChromeTraceWriter::FlushEvents() {
   out_.write(event_.data(), static_cast<std::streamsize>(event_.size()));
+  event_.clear();
 }
 
 void ChromeTraceWriter::OnProcess(const ProcessInfo& process) {
@@ -279,28 +276,38 @@ void ChromeTraceWriter::OnThread(const ThreadInfo& thread) {
 }
 
 void ChromeTraceWriter::OnSlice(const Slice& slice) {
+  WriteSlice(slice, slice.pid, slice.tid, slice.ts_ns, {});
+}
+
+void ChromeTraceWriter::OnSliceAt(const Slice& slice, int32_t pid, int32_t tid, int64_t ts_ns,
+                                  std::span<const Arg> extra_args) {
+  WriteSlice(slice, pid, tid, ts_ns, extra_args);
+}
+
+void ChromeTraceWriter::WriteSlice(const Slice& slice, int32_t pid, int32_t tid, int64_t ts_ns,
+                                   std::span<const Arg> extra_args) {
   if (finished_) return;
   std::string& out = BeginEvent();
   AppendEventHead(out, "X",
                   slice.category == Category::kOther ? std::string_view(slice.raw_category)
                                                      : CategoryName(slice.category),
-                  slice.name, slice.pid, slice.tid);
+                  slice.name, pid, tid);
   out += ",\"ts\":";
-  AppendMicros(out, slice.ts_ns);
+  AppendMicros(out, ts_ns);
   out += ",\"dur\":";
   AppendMicros(out, slice.dur_ns);
   out += ",\"args\":{";
   bool first = true;
   if (slice.op_id >= 0) {
     AppendKey(out, first, "op id");
-    fmt::format_to(std::back_inserter(out), "{}", slice.op_id);
+    AppendInt(out, slice.op_id);
     // Kineto links CPU ops and kernels through "External id"; the op id plays that role.
     AppendKey(out, first, "External id");
-    fmt::format_to(std::back_inserter(out), "{}", slice.op_id);
+    AppendInt(out, slice.op_id);
   }
   if (slice.correlation >= 0) {
     AppendKey(out, first, "correlation");
-    fmt::format_to(std::back_inserter(out), "{}", slice.correlation);
+    AppendInt(out, slice.correlation);
   }
   if (slice.collective) {
     const CollectiveInfo& c = *slice.collective;
@@ -310,15 +317,23 @@ void ChromeTraceWriter::OnSlice(const Slice& slice) {
     AppendJsonString(out, c.process_group);
     AppendKey(out, first, "dtype");
     AppendJsonString(out, c.dtype);
-    fmt::format_to(std::back_inserter(out),
-                   ",\"In msg nelems\":{},\"Out msg nelems\":{},\"Group size\":{},\"Seq\":{},"
-                   "\"Rank\":{}",
-                   c.in_nelems, c.out_nelems, c.group_size, c.seq, c.rank);
+    out += ",\"In msg nelems\":";
+    AppendInt(out, c.in_nelems);
+    out += ",\"Out msg nelems\":";
+    AppendInt(out, c.out_nelems);
+    out += ",\"Group size\":";
+    AppendInt(out, c.group_size);
+    out += ",\"Seq\":";
+    AppendInt(out, c.seq);
+    out += ",\"Rank\":";
+    AppendInt(out, c.rank);
   }
-  for (const Arg& arg : slice.args) {
-    if (IsReservedSliceArg(slice, arg.key)) continue;
-    AppendKey(out, first, arg.key);
-    AppendArgValue(out, arg.value);
+  for (std::span<const Arg> args : {std::span<const Arg>(slice.args), extra_args}) {
+    for (const Arg& arg : args) {
+      if (IsReservedSliceArg(slice, arg.key)) continue;
+      AppendKey(out, first, arg.key);
+      AppendArgValue(out, arg.value);
+    }
   }
   out += "}}";
   EndEvent();
@@ -344,7 +359,9 @@ void ChromeTraceWriter::OnCounter(const CounterSample& sample) {
   std::string& out = BeginEvent();
   out += "{\"ph\":\"C\",\"name\":";
   AppendJsonString(out, sample.name);
-  fmt::format_to(std::back_inserter(out), ",\"pid\":{},\"ts\":", sample.pid);
+  out += ",\"pid\":";
+  AppendInt(out, sample.pid);
+  out += ",\"ts\":";
   AppendMicros(out, sample.ts_ns);
   out += ",\"args\":{";
   bool first = true;
@@ -360,12 +377,16 @@ void ChromeTraceWriter::OnFlow(const Flow& flow) {
   if (finished_) return;
   std::string& out = BeginEvent();
   AppendEventHead(out, "s", flow.category, flow.name, flow.from_pid, flow.from_tid);
-  fmt::format_to(std::back_inserter(out), ",\"id\":{},\"ts\":", flow.id);
+  out += ",\"id\":";
+  AppendInt(out, flow.id);
+  out += ",\"ts\":";
   AppendMicros(out, flow.from_ts_ns);
   out += "},\n";
   // "bp":"e" binds the arrow to the enclosing slice instead of the next one.
   AppendEventHead(out, "f", flow.category, flow.name, flow.to_pid, flow.to_tid);
-  fmt::format_to(std::back_inserter(out), ",\"id\":{},\"bp\":\"e\",\"ts\":", flow.id);
+  out += ",\"id\":";
+  AppendInt(out, flow.id);
+  out += ",\"bp\":\"e\",\"ts\":";
   AppendMicros(out, flow.to_ts_ns);
   out += '}';
   EndEvent();
@@ -374,8 +395,8 @@ void ChromeTraceWriter::OnFlow(const Flow& flow) {
 Status ChromeTraceWriter::Finish() {
   if (finished_) return finish_status_;
   finished_ = true;
-  static constexpr std::string_view kTail = "\n]}\n";
-  out_.write(kTail.data(), static_cast<std::streamsize>(kTail.size()));
+  event_ += "\n]}\n";
+  FlushEvents();
   out_.flush();
   const bool written = out_.good();
   out_.close();

@@ -149,7 +149,7 @@ StatusOr<DiffResult> Diff(const DiffSide& predicted, const DiffSide& measured, c
   diff_internal::NameCache cache(names);
   diff_internal::BuildSide(predicted, options.rank, cache, groups, diff.predicted);
   diff_internal::BuildSide(measured, options.rank, cache, groups, diff.measured);
-  diff_internal::MatchSides(diff);
+  diff_internal::MatchSides(predicted, measured, diff);
 
   for (auto [side, analysis] : {std::pair{&predicted, &diff.predicted}, std::pair{&measured, &diff.measured}}) {
     analysis->ranks = diff_internal::ComputeRankMetrics(*side, *analysis, options);

@@ -5,7 +5,9 @@
 #define SHARDSCOPE_TRACES_DIFF_INTERNAL_H_
 
 #include <cstdint>
+#include <compare>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,10 +57,49 @@ void BuildSide(const DiffSide& side, int32_t only_rank, NameCache& names, Intern
 
 // What an op is (rules in diff_metrics.cc).
 OpClass ClassifySlice(const Slice& slice, bool device);
+
+// ClassifySlice with the name rules evaluated once per distinct raw name (they lowercase and
+// search the name). The views point into the sides' Timelines, which outlive the cache.
+class ClassCache {
+ public:
+  OpClass Classify(const Slice& slice, bool device);
+
+ private:
+  struct Entry {
+    Category category = Category::kOther;
+    bool device = false;
+    std::optional<OpClass> by_name;  // nullopt: the slice's args decide
+  };
+  std::unordered_map<std::string_view, Entry> by_name_;
+};
 bool IsDeviceCategory(Category category);
 
 // Fills diff.predicted.match, diff.measured.match and the match counters.
-void MatchSides(DiffResult& diff);
+void MatchSides(const DiffSide& predicted, const DiffSide& measured, DiffResult& diff);
+
+// The args key of a collective's member ranks in PyTorch-profiler traces, a string such as
+// "[0, 1, 2, 3]" (Kineto copies it onto the kernel from record_param_comms:
+// torch/csrc/profiler/util.cpp saveNcclMeta, kProcessGroupRanks).
+inline constexpr std::string_view kProcessGroupRanksArg = "Process Group Ranks";
+
+// What makes two collectives of the two sides the same one: their process group, known by
+// its member ranks rather than its name (the simulator names groups after the plan,
+// "dp_shard.3"; PyTorch numbers them, "0", "1"), and k, the collective's position among its
+// rank's collectives of that group (not Seq: ours count from 0, PyTorch's from 1).
+struct AnchorKey {
+  int32_t group = -1;  // identity shared by both sides; -1: no anchor
+  int64_t k = 0;
+  auto operator<=>(const AnchorKey&) const = default;
+};
+
+// A group's members: its "Process Group Ranks" when an event carries it, else the ranks whose
+// events name the group; compared within the ranks both sides have events for, together with
+// the group size. Groups of one side that look alike anchor nothing. Fills one key per event.
+void CollectiveAnchors(const DiffSide& a_side, const SideAnalysis& a, const DiffSide& b_side, const SideAnalysis& b,
+                       std::vector<AnchorKey>& a_keys, std::vector<AnchorKey>& b_keys);
+
+// "[0, 1, 2]" -> {0, 1, 2} (sorted, unique); nullopt when it is not such a list.
+std::optional<std::vector<int32_t>> ParseRankList(std::string_view text);
 
 // HTA metrics per rank, in rank order.
 std::vector<RankMetrics> ComputeRankMetrics(const DiffSide& side, const SideAnalysis& analysis,

@@ -164,7 +164,12 @@ void BuildSide(const DiffSide& side, int32_t only_rank, NameCache& names, Intern
   using TrackKey = std::tuple<int32_t, bool, uint32_t, int32_t, int32_t>;
   std::map<TrackKey, int32_t> track_ids;
   std::vector<TrackKey> event_keys;
+  ClassCache classes;
+  size_t total_slices = 0;
+  for (const Timeline& file : side.files) total_slices += file.slices.size();
   out.events.clear();
+  out.events.reserve(total_slices);
+  event_keys.reserve(total_slices);
   for (size_t f = 0; f < side.files.size(); ++f) {
     const std::vector<Slice>& slices = side.files[f].slices;
     for (size_t s = 0; s < slices.size(); ++s) {
@@ -182,7 +187,7 @@ void BuildSide(const DiffSide& side, int32_t only_rank, NameCache& names, Intern
       event.file = static_cast<uint32_t>(f);
       event.slice = static_cast<uint32_t>(s);
       event.device = IsDeviceCategory(slice.category);
-      event.op_class = ClassifySlice(slice, event.device);
+      event.op_class = classes.Classify(slice, event.device);
       event.synchronizes = !event.device && slice.name.find("Synchronize") != std::string::npos;
       event.name_id = names.IdOf(slice);
       if (slice.collective.has_value()) {
@@ -210,13 +215,28 @@ void BuildSide(const DiffSide& side, int32_t only_rank, NameCache& names, Intern
   for (size_t i = 0; i < out.events.size(); ++i) out.events[i].track = track_ids.at(event_keys[i]);
   event_keys.clear();
   event_keys.shrink_to_fit();
-  std::sort(out.events.begin(), out.events.end(), [](const DiffEvent& a, const DiffEvent& b) {
-    if (a.track != b.track) return a.track < b.track;
+  // Order: (track, ts, longer first, file, slice). The events are in (file, slice) order now,
+  // so a counting sort by track keeps that order within each track, and each track, usually
+  // already in time order, needs at most a stable sort by (ts, longer first). Same result as
+  // one comparison sort on the whole key, at a fraction of the cost on a million events.
+  std::vector<size_t> track_begin(out.tracks.size() + 1, 0);
+  for (const DiffEvent& event : out.events) ++track_begin[static_cast<size_t>(event.track) + 1];
+  for (size_t t = 1; t < track_begin.size(); ++t) track_begin[t] += track_begin[t - 1];
+  {
+    std::vector<DiffEvent> by_track(out.events.size());
+    std::vector<size_t> next(track_begin.begin(), track_begin.end() - 1);
+    for (const DiffEvent& event : out.events) by_track[next[static_cast<size_t>(event.track)]++] = event;
+    out.events = std::move(by_track);
+  }
+  const auto earlier = [](const DiffEvent& a, const DiffEvent& b) {
     if (a.ts_ns != b.ts_ns) return a.ts_ns < b.ts_ns;
-    if (a.dur_ns != b.dur_ns) return a.dur_ns > b.dur_ns;  // an enclosing slice first
-    if (a.file != b.file) return a.file < b.file;
-    return a.slice < b.slice;
-  });
+    return a.dur_ns > b.dur_ns;  // an enclosing slice first
+  };
+  for (size_t t = 0; t + 1 < track_begin.size(); ++t) {
+    const auto begin = out.events.begin() + static_cast<std::ptrdiff_t>(track_begin[t]);
+    const auto end = out.events.begin() + static_cast<std::ptrdiff_t>(track_begin[t + 1]);
+    if (!std::is_sorted(begin, end, earlier)) std::stable_sort(begin, end, earlier);
+  }
   // Host nesting (PyTorch's cpu_op stacks): the parent is the innermost open slice that
   // contains the start. Slices that overlap without nesting are treated as nested.
   std::vector<int32_t> open;

@@ -2,7 +2,11 @@
 // of tracks between collective anchors (see diff.h for the rules).
 #include <algorithm>
 #include <cctype>
+#include <iterator>
+#include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 
 #include "diff_internal.h"
@@ -80,6 +84,120 @@ std::string NormalizeKernelName(std::string_view name) {
 }
 
 namespace diff_internal {
+
+std::optional<std::vector<int32_t>> ParseRankList(std::string_view text) {
+  std::vector<int32_t> ranks;
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c >= '0' && c <= '9') {
+      int64_t value = 0;
+      while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+        value = value * 10 + (text[i++] - '0');
+        if (value > std::numeric_limits<int32_t>::max()) return std::nullopt;
+      }
+      ranks.push_back(static_cast<int32_t>(value));
+      continue;
+    }
+    if (c != '[' && c != ']' && c != ',' && c != ' ') return std::nullopt;
+    ++i;
+  }
+  if (ranks.empty()) return std::nullopt;
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
+void CollectiveAnchors(const DiffSide& a_side, const SideAnalysis& a, const DiffSide& b_side, const SideAnalysis& b,
+                       std::vector<AnchorKey>& a_keys, std::vector<AnchorKey>& b_keys) {
+  // Ranks with events on both sides: a group's members are compared within them, so that a
+  // measurement of a few ranks still meets the prediction of all.
+  std::set<int32_t> a_ranks;
+  std::set<int32_t> b_ranks;
+  for (const DiffEvent& e : a.events) a_ranks.insert(e.rank);
+  for (const DiffEvent& e : b.events) b_ranks.insert(e.rank);
+  std::vector<int32_t> common;
+  std::set_intersection(a_ranks.begin(), a_ranks.end(), b_ranks.begin(), b_ranks.end(), std::back_inserter(common));
+
+  // Per side: process group (DiffResult::process_groups id) -> identity (size, members).
+  using Identity = std::pair<int32_t, std::vector<int32_t>>;
+  std::map<Identity, int32_t> identity_ids;
+  const auto identities = [&](const DiffSide& side, const SideAnalysis& analysis) {
+    struct Group {
+      int32_t size = 0;
+      std::optional<std::vector<int32_t>> listed;  // "Process Group Ranks"
+      std::set<int32_t> seen_on;                   // ranks whose events carry it
+    };
+    std::map<int32_t, Group> groups;
+    for (const DiffEvent& e : analysis.events) {
+      if (e.process_group < 0) continue;
+      Group& group = groups[e.process_group];
+      const Slice& slice = SliceOf(side, e);
+      group.size = std::max(group.size, slice.collective->group_size);
+      group.seen_on.insert(e.rank);
+      if (!group.listed) {
+        for (const Arg& arg : slice.args) {
+          const auto* text = std::get_if<std::string>(&arg.value);
+          if (arg.key == kProcessGroupRanksArg && text != nullptr) group.listed = ParseRankList(*text);
+        }
+      }
+    }
+    std::map<int32_t, int32_t> identity_of;  // process group -> identity id, -1: ambiguous
+    std::map<int32_t, int32_t> groups_per_identity;
+    for (const auto& [id, group] : groups) {
+      std::vector<int32_t> members;
+      const std::vector<int32_t> all = group.listed ? *group.listed
+                                                    : std::vector<int32_t>(group.seen_on.begin(), group.seen_on.end());
+      std::set_intersection(all.begin(), all.end(), common.begin(), common.end(), std::back_inserter(members));
+      if (members.empty()) continue;
+      const int32_t size = group.size > 0 ? group.size : static_cast<int32_t>(all.size());
+      auto [it, inserted] = identity_ids.try_emplace(Identity{size, std::move(members)},
+                                                     static_cast<int32_t>(identity_ids.size()));
+      identity_of[id] = it->second;
+      ++groups_per_identity[it->second];
+    }
+    // Two groups of one side that look alike (within the common ranks) anchor nothing.
+    for (auto& [id, identity] : identity_of) {
+      if (groups_per_identity[identity] > 1) identity = -1;
+    }
+    return identity_of;
+  };
+  const std::map<int32_t, int32_t> a_identity = identities(a_side, a);
+  const std::map<int32_t, int32_t> b_identity = identities(b_side, b);
+
+  // k: the position of a collective among its rank's collectives of the same group (host and
+  // device apart), ordered by Seq when every one has it (ours count from 0, PyTorch's from
+  // 1: only the order matters), else by start time.
+  const auto number = [](const SideAnalysis& analysis, const std::map<int32_t, int32_t>& identity_of,
+                         std::vector<AnchorKey>& keys) {
+    keys.assign(analysis.events.size(), AnchorKey{});
+    std::map<std::tuple<int32_t, bool, int32_t>, std::vector<int32_t>> sequences;
+    for (size_t i = 0; i < analysis.events.size(); ++i) {
+      const DiffEvent& e = analysis.events[i];
+      if (e.process_group < 0) continue;
+      auto it = identity_of.find(e.process_group);
+      if (it == identity_of.end() || it->second < 0) continue;
+      sequences[{e.rank, e.device, it->second}].push_back(static_cast<int32_t>(i));
+    }
+    for (auto& [key, indices] : sequences) {
+      const auto event = [&](int32_t i) -> const DiffEvent& { return analysis.events[static_cast<size_t>(i)]; };
+      const bool by_seq = std::all_of(indices.begin(), indices.end(), [&](int32_t i) { return event(i).seq >= 0; });
+      std::sort(indices.begin(), indices.end(), [&](int32_t x, int32_t y) {
+        const DiffEvent& ex = event(x);
+        const DiffEvent& ey = event(y);
+        if (by_seq && ex.seq != ey.seq) return ex.seq < ey.seq;
+        if (ex.ts_ns != ey.ts_ns) return ex.ts_ns < ey.ts_ns;
+        return x < y;
+      });
+      for (size_t k = 0; k < indices.size(); ++k) {
+        keys[static_cast<size_t>(indices[k])] = AnchorKey{std::get<2>(key), static_cast<int64_t>(k)};
+      }
+    }
+  };
+  number(a, a_identity, a_keys);
+  number(b, b_identity, b_keys);
+}
+
 namespace {
 
 enum class MatchKind : uint8_t { kOpId, kAnchor, kName };
@@ -90,6 +208,8 @@ struct Matcher {
   std::vector<DiffEvent>& b_events;
   std::vector<int32_t>& a_match;
   std::vector<int32_t>& b_match;
+  const std::vector<AnchorKey>& a_anchor;  // per event (CollectiveAnchors)
+  const std::vector<AnchorKey>& b_anchor;
 
   void Pair(int32_t a, int32_t b, MatchKind kind) {
     a_match[static_cast<size_t>(a)] = b;
@@ -225,23 +345,22 @@ struct Matcher {
     Align(a, am, ae, b, bm, be);
   }
 
-  // Anchors: collectives with the same (process group, seq) in both sequences, kept in
-  // order (longest increasing subsequence of their positions); then Align between them.
+  // Anchors: collectives with the same anchor key (group by member ranks, k-th collective of
+  // that group on the rank) in both sequences, kept in order (longest increasing subsequence
+  // of their positions); then Align between them.
   void AlignTracks(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-    std::map<std::pair<int32_t, int64_t>, int64_t> a_pos;  // key -> position, -1 if repeated
-    for (size_t i = 0; i < a.size(); ++i) {
-      const DiffEvent& e = a_events[static_cast<size_t>(a[i])];
-      if (e.process_group < 0 || e.seq < 0) continue;
-      auto [it, inserted] = a_pos.emplace(std::make_pair(e.process_group, e.seq), static_cast<int64_t>(i));
-      if (!inserted) it->second = -1;
-    }
-    std::map<std::pair<int32_t, int64_t>, int64_t> b_pos;
-    for (size_t j = 0; j < b.size(); ++j) {
-      const DiffEvent& e = b_events[static_cast<size_t>(b[j])];
-      if (e.process_group < 0 || e.seq < 0) continue;
-      auto [it, inserted] = b_pos.emplace(std::make_pair(e.process_group, e.seq), static_cast<int64_t>(j));
-      if (!inserted) it->second = -1;
-    }
+    const auto positions = [](const std::vector<int32_t>& indices, const std::vector<AnchorKey>& keys) {
+      std::map<AnchorKey, int64_t> pos;  // key -> position, -1 if repeated
+      for (size_t i = 0; i < indices.size(); ++i) {
+        const AnchorKey& key = keys[static_cast<size_t>(indices[i])];
+        if (key.group < 0) continue;
+        auto [it, inserted] = pos.emplace(key, static_cast<int64_t>(i));
+        if (!inserted) it->second = -1;
+      }
+      return pos;
+    };
+    const std::map<AnchorKey, int64_t> a_pos = positions(a, a_anchor);
+    const std::map<AnchorKey, int64_t> b_pos = positions(b, b_anchor);
     std::vector<std::pair<int64_t, int64_t>> candidates;  // (pos in a, pos in b)
     for (const auto& [key, pa] : a_pos) {
       auto it = b_pos.find(key);
@@ -356,10 +475,21 @@ struct Matcher {
 
 }  // namespace
 
-void MatchSides(DiffResult& diff) {
+void MatchSides(const DiffSide& predicted, const DiffSide& measured, DiffResult& diff) {
   diff.predicted.match.assign(diff.predicted.events.size(), -1);
   diff.measured.match.assign(diff.measured.events.size(), -1);
-  Matcher matcher{diff, diff.predicted.events, diff.measured.events, diff.predicted.match, diff.measured.match, {}, {}};
+  std::vector<AnchorKey> predicted_anchors;
+  std::vector<AnchorKey> measured_anchors;
+  CollectiveAnchors(predicted, diff.predicted, measured, diff.measured, predicted_anchors, measured_anchors);
+  Matcher matcher{diff,
+                  diff.predicted.events,
+                  diff.measured.events,
+                  diff.predicted.match,
+                  diff.measured.match,
+                  predicted_anchors,
+                  measured_anchors,
+                  {},
+                  {}};
   matcher.MatchByOpId();
   matcher.MatchByName();
 }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <map>
+#include <optional>
 
 #include "diff_internal.h"
 
@@ -105,11 +106,12 @@ int64_t IntersectionLength(const std::vector<std::pair<int64_t, int64_t>>& a,
 //   its "flops" / "bytes" args give >= kGemmMinFlopsPerByte; otherwise memory-bound;
 // - host slices: cudaMalloc* / cudaFree* / allocator retries ("alloc_retry", names holding
 //   "CachingAllocator") -> allocator stall; everything else -> host op.
-OpClass ClassifySlice(const Slice& slice, bool device) {
-  if (slice.collective.has_value() && !slice.collective->collective_name.empty()) {
-    return CollectiveClass(slice.collective->collective_name);
-  }
-  const std::string name = Lower(slice.name);
+namespace {
+
+// The rules that depend on the name (and category) alone; nullopt when the slice's
+// "flops" / "bytes" args decide between GEMM and memory-bound.
+std::optional<OpClass> ClassifyByName(std::string_view raw_name, Category category, bool device) {
+  const std::string name = Lower(raw_name);
   if (!device) {
     if (name.rfind("cudamalloc", 0) == 0 || name.rfind("cudafree", 0) == 0 ||
         ContainsAny(name, {"alloc_retry", "cachingallocator"})) {
@@ -118,16 +120,46 @@ OpClass ClassifySlice(const Slice& slice, bool device) {
     return OpClass::kHostOp;
   }
   if (name.find("nccl") != std::string::npos) return CollectiveClass(name);
-  if (slice.category == Category::kGpuMemcpy || slice.category == Category::kGpuMemset) return OpClass::kMemcpy;
+  if (category == Category::kGpuMemcpy || category == Category::kGpuMemset) return OpClass::kMemcpy;
   if (ContainsAny(name, {"flash", "fmha", "attention", "sdpa", "attn.core"})) return OpClass::kAttention;
   if (ContainsAny(name, {"gemm", "cutlass", "cublas", "xmma", "nvjet", "matmul", "_proj", "dense", "linear", ".wgrad",
                          ".dgrad"})) {
     return OpClass::kGemm;
   }
+  return std::nullopt;
+}
+
+OpClass ClassifyByArgs(const Slice& slice) {
   const double flops = NumericArg(slice, "flops");
   const double bytes = NumericArg(slice, "bytes");
   if (flops > 0 && bytes > 0 && flops / bytes >= kGemmMinFlopsPerByte) return OpClass::kGemm;
   return OpClass::kMemoryBound;
+}
+
+}  // namespace
+
+OpClass ClassifySlice(const Slice& slice, bool device) {
+  if (slice.collective.has_value() && !slice.collective->collective_name.empty()) {
+    return CollectiveClass(slice.collective->collective_name);
+  }
+  if (std::optional<OpClass> by_name = ClassifyByName(slice.name, slice.category, device)) return *by_name;
+  return ClassifyByArgs(slice);
+}
+
+OpClass ClassCache::Classify(const Slice& slice, bool device) {
+  if (slice.collective.has_value() && !slice.collective->collective_name.empty()) {
+    return CollectiveClass(slice.collective->collective_name);
+  }
+  auto [it, inserted] = by_name_.try_emplace(std::string_view(slice.name));
+  Entry& entry = it->second;
+  if (inserted) {
+    entry = Entry{slice.category, device, ClassifyByName(slice.name, slice.category, device)};
+  } else if (entry.category != slice.category || entry.device != device) {
+    // The same name in another category (rare): not cached.
+    std::optional<OpClass> by_name = ClassifyByName(slice.name, slice.category, device);
+    return by_name ? *by_name : ClassifyByArgs(slice);
+  }
+  return entry.by_name ? *entry.by_name : ClassifyByArgs(slice);
 }
 
 std::vector<RankMetrics> ComputeRankMetrics(const DiffSide& side, const SideAnalysis& analysis,

@@ -1,5 +1,6 @@
 // The diff's outputs: report.md (terminal and pull-request friendly), report.json (schema in
 // docs/DIFF.md) and the merged Perfetto trace (predicted and measured side by side per rank).
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <span>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -87,7 +89,7 @@ Json OpErrorJson(const DiffSide& predicted, const DiffSide& measured, const Diff
   return j;
 }
 
-Json SideJson(const DiffSide& side, const SideAnalysis& analysis) {
+Json SideJson(const DiffSide& side, const SideAnalysis& analysis, const DiffOptions& options) {
   Json j;
   j["source"] = side.source;
   j["files"] = side.file_names;
@@ -120,10 +122,27 @@ Json SideJson(const DiffSide& side, const SideAnalysis& analysis) {
   Json path;
   path["start_ns"] = analysis.critical_path.start_ns;
   path["length_ns"] = analysis.critical_path.length_ns;
+  // Every step with --full; else the top_n steps holding the most time (wait + duration),
+  // in path order: a 1,000,000-event path has hundreds of thousands of steps.
+  const std::vector<CriticalPathStep>& all = analysis.critical_path.steps;
+  std::vector<size_t> listed(all.size());
+  for (size_t k = 0; k < all.size(); ++k) listed[k] = k;
+  const auto top_n = static_cast<size_t>(std::max(0, options.top_n));
+  if (!options.full_report && listed.size() > top_n) {
+    std::stable_sort(listed.begin(), listed.end(), [&](size_t a, size_t b) {
+      return all[a].wait_ns + all[a].dur_ns > all[b].wait_ns + all[b].dur_ns;
+    });
+    listed.resize(top_n);
+    std::sort(listed.begin(), listed.end());
+  }
+  path["step_count"] = all.size();
+  path["steps_listed"] = options.full_report ? "all" : "top_n";
   Json steps = Json::array();
-  for (const CriticalPathStep& step : analysis.critical_path.steps) {
+  for (size_t k : listed) {
+    const CriticalPathStep& step = all[k];
     const DiffEvent& e = analysis.events[static_cast<size_t>(step.event)];
-    steps.push_back({{"rank", e.rank},
+    steps.push_back({{"index", k},
+                     {"rank", e.rank},
                      {"name", SliceOf(side, e).name},
                      {"op_id", e.op_id},
                      {"ts_ns", e.ts_ns},
@@ -269,8 +288,8 @@ std::string DiffReportJson(const DiffSide& predicted, const DiffSide& measured, 
   const SideAnalysis& p = diff.predicted;
   const SideAnalysis& m = diff.measured;
   Json j;
-  j["schema"] = "shardscope.diff/1";
-  j["options"] = {{"top_n", options.top_n}, {"rank", options.rank},
+  j["schema"] = "shardscope.diff/2";
+  j["options"] = {{"top_n", options.top_n}, {"rank", options.rank}, {"full", options.full_report},
                   {"kernel_wait_threshold_ns", options.kernel_wait_threshold_ns}};
   j["step"] = {{"predicted_ns", p.step_ns},
                {"measured_ns", m.step_ns},
@@ -303,8 +322,8 @@ std::string DiffReportJson(const DiffSide& predicted, const DiffSide& measured, 
                                       {"predicted", EventJson(predicted, p, d.predicted)},
                                       {"measured", EventJson(measured, m, d.measured)}}
                                : Json(nullptr);
-  j["predicted"] = SideJson(predicted, p);
-  j["measured"] = SideJson(measured, m);
+  j["predicted"] = SideJson(predicted, p, options);
+  j["measured"] = SideJson(measured, m, options);
   return j.dump(1) + "\n";
 }
 
@@ -344,22 +363,20 @@ Status WriteDiffTrace(const DiffSide& predicted, const DiffSide& measured, const
   }
   std::vector<int64_t> error_of(diff.predicted.events.size(), INT64_MIN);
   for (const OpError& e : diff.errors) error_of[static_cast<size_t>(e.predicted)] = e.duration_error_ns;
-  Slice out;
+  // The args every slice gains, built once and updated in place (no copy of the slice).
+  std::array<Arg, 2> extra = {Arg{"diff", std::string()}, Arg{"duration error (ns)", int64_t{0}}};
   for (const SideView& view : views) {
     const int64_t origin = view.analysis.critical_path.start_ns;
     for (size_t i = 0; i < view.analysis.events.size(); ++i) {
       const DiffEvent& e = view.analysis.events[i];
-      out = SliceOf(view.side, e);
-      out.pid = 2 * e.rank + view.pid_offset;
-      out.tid = view.tids[static_cast<size_t>(e.track)];
-      out.ts_ns = e.ts_ns - origin;
       const int32_t other = view.analysis.match[i];
-      out.args.push_back({"diff", std::string(other >= 0 ? "matched" : "unmatched")});
+      std::get<std::string>(extra[0].value) = other >= 0 ? "matched" : "unmatched";
       if (other >= 0) {
         const size_t p_index = view.pid_offset == 0 ? i : static_cast<size_t>(other);
-        out.args.push_back({"duration error (ns)", error_of[p_index]});
+        extra[1].value = error_of[p_index];
       }
-      writer->OnSlice(out);
+      writer->OnSliceAt(SliceOf(view.side, e), 2 * e.rank + view.pid_offset, view.tids[static_cast<size_t>(e.track)],
+                        e.ts_ns - origin, std::span<const Arg>(extra.data(), other >= 0 ? 2 : 1));
     }
     for (size_t f = 0; f < view.side.files.size(); ++f) {
       for (CounterSample sample : view.side.files[f].counters) {

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "diff_internal.h"
 #include "shardscope/traces/chrome_trace.h"
 
 namespace shardscope::traces {
@@ -412,6 +413,152 @@ TEST(DiffTest, PerRankDirectoryMergesRanksAndBadInputNamesTheFile) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nope"), std::string::npos);
   fs::remove_all(dir);
+}
+
+
+// A predicted trace (the simulator's golden FSDP2 run: one process group "dp_shard", Seq
+// from 0) against an "imported" one made from it as the PyTorch profiler would have it: one
+// file per rank, the group named "0", Seq from 1, no op ids, the member ranks listed on
+// rank 0's kernels only (rank 1's group is known from which ranks carry it). Every
+// collective must be an anchor, every other slice must match by name.
+TEST(DiffTest, CollectivesAnchorAcrossRenamedGroupsAndOneBasedSeq) {
+  const std::filesystem::path root(SHARDSCOPE_SOURCE_DIR);
+  auto golden = ReadChromeTraceFile((root / "tests/golden/tiny-fsdp2-2gpu/trace.json").string());
+  ASSERT_TRUE(golden.ok()) << golden.status().message();
+  const DiffSide predicted = DiffSideFromTimeline(*golden, "predicted");
+  DiffSide imported;
+  imported.source = "imported";
+  int64_t collectives = 0;
+  int64_t slices = 0;
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    Timeline file;
+    file.info.producer = "";  // not ours: the file's events are its distributedInfo.rank
+    file.info.rank = rank;
+    file.info.world_size = 2;
+    for (Slice s : golden->slices) {
+      if (s.pid != rank || s.category == Category::kUserAnnotation || s.category == Category::kGpuUserAnnotation) {
+        continue;
+      }
+      s.pid = 100 + rank;  // a process id, as in PyTorch traces
+      s.op_id = -1;
+      if (s.collective) {
+        ASSERT_EQ(s.collective->process_group, "dp_shard");
+        s.collective->process_group = "0";
+        s.collective->seq += 1;
+        if (rank == 0) s.args.push_back({"Process Group Ranks", std::string("[0, 1]")});
+        ++collectives;
+      }
+      ++slices;
+      file.slices.push_back(std::move(s));
+    }
+    imported.file_names.push_back("rank" + std::to_string(rank) + ".json");
+    imported.files.push_back(std::move(file));
+    imported.file_rank.push_back(rank);
+  }
+  ASSERT_EQ(collectives, 24);  // 12 per rank (Seq 0..11 in the golden trace)
+  auto diff = Diff(predicted, imported, DiffOptions{});
+  ASSERT_TRUE(diff.ok()) << diff.status().message();
+  EXPECT_EQ(diff->matched_by_op_id, 0);
+  EXPECT_EQ(diff->matched_by_anchor, collectives);
+  EXPECT_EQ(diff->matched(), slices);
+  // Each collective met the one with the same Seq (shifted by one) on the same rank.
+  for (size_t i = 0; i < diff->predicted.events.size(); ++i) {
+    const DiffEvent& p = diff->predicted.events[i];
+    if (p.seq < 0) continue;
+    ASSERT_GE(diff->predicted.match[i], 0);
+    const DiffEvent& m = Event(diff->measured, diff->predicted.match[i]);
+    EXPECT_EQ(m.seq, p.seq + 1);
+    EXPECT_EQ(m.rank, p.rank);
+  }
+}
+
+// Four ranks, two kinds of groups: shard groups {0, 1} and {2, 3}, replicate groups {0, 2}
+// and {1, 3}, each group numbering its own collectives. The measured side names them "1".."4"
+// (in another order than a sort by name would suggest), counts Seq from 1, and lists the
+// members only for some groups.
+TEST(DiffTest, GroupsMatchByMemberRanksNotByName) {
+  struct Group {
+    std::string predicted_name;
+    std::string measured_name;
+    std::vector<int32_t> members;
+    bool listed;  // "Process Group Ranks" on the measured kernels
+  };
+  const std::vector<Group> groups = {{"dp_shard.0", "3", {0, 1}, true},
+                                     {"dp_shard.1", "1", {2, 3}, false},
+                                     {"dp_replicate.0", "4", {0, 2}, true},
+                                     {"dp_replicate.1", "2", {1, 3}, false}};
+  const auto group_of = [&](int32_t rank, bool shard) -> const Group& {
+    for (const Group& g : groups) {
+      const bool is_shard = g.predicted_name.rfind("dp_shard", 0) == 0;
+      if (is_shard == shard && std::find(g.members.begin(), g.members.end(), rank) != g.members.end()) return g;
+    }
+    return groups[0];
+  };
+  // Per rank: gemm, all_gather (shard), gemm, all_reduce (replicate), gemm, all_gather (shard).
+  Timeline predicted;
+  predicted.info.producer = "shardscope test";
+  DiffSide measured;
+  measured.source = "measured";
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    Timeline file;
+    file.info.producer = "";
+    file.info.rank = rank;
+    std::map<std::string, int64_t> next_seq;
+    for (int32_t k = 0; k < 6; ++k) {
+      Slice s;
+      s.pid = rank;
+      s.tid = 1;
+      s.ts_ns = k * 100;
+      s.dur_ns = 50;
+      s.category = Category::kKernel;
+      s.name = "gemm";
+      if (k % 2 == 1) {
+        const bool shard = k != 3;
+        const Group& g = group_of(rank, shard);
+        CollectiveInfo info;
+        info.collective_name = shard ? "all_gather" : "all_reduce";
+        info.process_group = g.predicted_name;
+        info.group_size = 2;
+        info.seq = next_seq[g.predicted_name]++;
+        info.rank = rank;
+        s.collective = info;
+        s.name = shard ? "ncclDevKernel_AllGather_RING_LL" : "ncclDevKernel_AllReduce_RING_LL";
+      }
+      predicted.slices.push_back(s);
+      s.pid = 7;
+      s.dur_ns = 60;
+      if (s.collective) {
+        const Group& g = group_of(rank, s.collective->collective_name == "all_gather");
+        s.collective->process_group = g.measured_name;
+        s.collective->seq += 1;
+        if (g.listed) s.args.push_back({"Process Group Ranks", "[" +
+                                                                   std::to_string(g.members[0]) + ", " +
+                                                                   std::to_string(g.members[1]) + "]"});
+      }
+      file.slices.push_back(s);
+    }
+    measured.file_names.push_back("rank" + std::to_string(rank));
+    measured.files.push_back(std::move(file));
+    measured.file_rank.push_back(rank);
+  }
+  auto diff = Diff(DiffSideFromTimeline(predicted, "predicted"), measured, DiffOptions{});
+  ASSERT_TRUE(diff.ok()) << diff.status().message();
+  EXPECT_EQ(diff->matched_by_anchor, 12);  // 3 collectives on each of 4 ranks
+  EXPECT_EQ(diff->matched_by_name, 12);    // the GEMMs
+  EXPECT_EQ(diff->matched(), 24);
+  // Every pair holds the same op (same start in both: ts = k * 100 on both sides).
+  for (size_t i = 0; i < diff->predicted.events.size(); ++i) {
+    ASSERT_GE(diff->predicted.match[i], 0);
+    EXPECT_EQ(Event(diff->measured, diff->predicted.match[i]).ts_ns, diff->predicted.events[i].ts_ns);
+  }
+}
+
+TEST(DiffTest, ParseRankListReadsPytorchsFormat) {
+  EXPECT_EQ(diff_internal::ParseRankList("[0, 1, 2, 3]"), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(diff_internal::ParseRankList("[3,1]"), (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(diff_internal::ParseRankList("[]"), std::nullopt);
+  EXPECT_EQ(diff_internal::ParseRankList("[0, a]"), std::nullopt);
+  EXPECT_EQ(diff_internal::ParseRankList("[99999999999]"), std::nullopt);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Chrome-JSON trace files (what Perfetto, chrome://tracing and Holistic Trace Analysis
 // open), written and read with the PyTorch-profiler (Kineto) conventions.
 //
-// Writing streams: ChromeTraceWriter formats each event as it arrives and appends it to a
-// buffered file, so memory does not grow with the trace. The file appears under its final
+// Writing streams: ChromeTraceWriter formats each event as it arrives into a buffer that
+// goes to the file a megabyte at a time, so memory does not grow with the trace. The file appears under its final
 // name only when Finish() succeeds:
 //
 //   SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, ChromeTraceWriter::Open("out.json", info));
@@ -26,8 +26,11 @@
 //   shortest form that reads back to the same value; NaN and infinities print as null.
 //
 // Reading accepts that layout, a bare array of events, and PyTorch-profiler traces. It
-// streams through the file (nlohmann SAX): memory is proportional to the resulting
-// Timeline, never to a DOM of the file. What it keeps:
+// streams through the file: memory is proportional to the resulting Timeline, never to a
+// DOM of the file. A file exactly in the layout above (one event per line, as written) takes
+// a fast path, a scanner for that layout; anything else goes through nlohmann's SAX parser,
+// which also reports the errors. Both give the same Timeline (docs/DIFF.md, "Speed"). What
+// it keeps:
 // - "X" slices: the fields above; other args of scalar type (int64, double, string;
 //   booleans as 0/1; nested objects and arrays are skipped). "External id" is kept in args
 //   unless it merely repeats "op id". Unknown categories become kOther + raw_category.
@@ -47,6 +50,7 @@
 
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +79,11 @@ class ChromeTraceWriter final : public TimelineSink {
   void OnProcess(const ProcessInfo& process) override;
   void OnThread(const ThreadInfo& thread) override;
   void OnSlice(const Slice& slice) override;
+  // Writes `slice` as OnSlice would with `pid`, `tid` and `ts_ns` in place of its own and
+  // `extra_args` after its args: for a slice shown elsewhere (the diff's merged trace),
+  // without copying it.
+  void OnSliceAt(const Slice& slice, int32_t pid, int32_t tid, int64_t ts_ns,
+                 std::span<const Arg> extra_args);
   void OnInstant(const Instant& instant) override;
   void OnCounter(const CounterSample& sample) override;
   void OnFlow(const Flow& flow) override;
@@ -88,12 +97,15 @@ class ChromeTraceWriter final : public TimelineSink {
   // Writes the separator before an event and returns the reused formatting buffer.
   std::string& BeginEvent();
   void EndEvent();
+  void WriteSlice(const Slice& slice, int32_t pid, int32_t tid, int64_t ts_ns,
+                  std::span<const Arg> extra_args);
 
   std::string path_;
   std::string temp_path_;
-  std::vector<char> file_buffer_;  // std::ofstream's buffer: large writes, few syscalls
-  std::ofstream out_;
-  std::string event_;  // one event's text, reused to avoid allocations
+  void FlushEvents();
+
+  std::ofstream out_;  // unbuffered: event_ is the buffer
+  std::string event_;  // events not yet written (about a megabyte at most), reused
   bool first_event_ = true;
   bool finished_ = false;
   Status finish_status_;

@@ -14,9 +14,12 @@
 //      occurrence in time order). Our own traces (simulate, run --profile) always carry them.
 //   2. By name, for what is left: per rank, host tracks pair with host tracks and device
 //      tracks with device tracks by the names they share; each pair of tracks is aligned in
-//      time order. Collectives with the same (process group, sequence number) on both sides
-//      are anchors (kept in order by a longest increasing subsequence); between anchors an
-//      O((n+m)·D) Myers alignment on normalized names (NormalizeKernelName) matches the rest.
+//      time order. Collectives that are the same collective on both sides are anchors: the
+//      same process group, known by its member ranks since the two sides name groups
+//      differently, and the same position k among the rank's collectives of that group (Seq
+//      counts from 0 in our traces, from 1 in PyTorch's). They are kept in order by a longest
+//      increasing subsequence; between anchors an O((n+m)·D) Myers alignment on normalized
+//      names (NormalizeKernelName) matches the rest.
 //      A stretch whose alignment would need more than kMaxAlignmentEdits edits is split in
 //      proportional halves (an approximation that bounds the work on unrelated traces).
 //
@@ -63,6 +66,9 @@ DiffSide DiffSideFromTimeline(Timeline timeline, std::string source);
 struct DiffOptions {
   int32_t top_n = 20;    // ops listed (and marked in the merged trace) by contribution
   int32_t rank = -1;     // only this rank (-1: all)
+  // report.json lists every critical-path step (hundreds of thousands on a large trace)
+  // instead of the top_n steps holding the most time.
+  bool full_report = false;
   // HTA's idle-time "kernel wait": a gap between consecutive kernels on a stream shorter than
   // this is launch overhead (hta/analyzers/breakdown_analysis.py, consecutive_kernel_delay,
   // default 30 ns in hta/trace_analysis.py get_idle_time_breakdown).
@@ -227,7 +233,7 @@ StatusOr<DiffResult> Diff(const DiffSide& predicted, const DiffSide& measured, c
 // report.md: headline, per-class table, top-N, critical-path divergence, unmatched counts.
 std::string DiffReportMarkdown(const DiffSide& predicted, const DiffSide& measured, const DiffResult& diff,
                                const DiffOptions& options);
-// report.json (schema "shardscope.diff/1" in docs/DIFF.md).
+// report.json (schema "shardscope.diff/2" in docs/DIFF.md).
 std::string DiffReportJson(const DiffSide& predicted, const DiffSide& measured, const DiffResult& diff,
                            const DiffOptions& options);
 // The merged Perfetto trace: per rank a "rank R predicted" (pid 2R) and "rank R measured"
