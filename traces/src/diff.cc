@@ -10,6 +10,7 @@
 // op goes to "host gap", of a collective to its collective class (it waits for its peers or
 // its proxy), of any other device op to "device wait".
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <tuple>
 
@@ -165,6 +166,7 @@ StatusOr<DiffResult> Diff(const DiffSide& predicted, const DiffSide& measured, c
   std::vector<std::vector<int64_t>> class_errors(kOpClassCount);
   const std::vector<int64_t> p_gaps = HostGaps(p);
   const std::vector<int64_t> m_gaps = HostGaps(m);
+  std::vector<double> relative;
   for (size_t i = 0; i < p.events.size(); ++i) {
     const int32_t j = p.match[i];
     if (j < 0) continue;
@@ -182,6 +184,17 @@ StatusOr<DiffResult> Diff(const DiffSide& predicted, const DiffSide& measured, c
       class_errors[static_cast<size_t>(OpClass::kHostGap)].push_back(m_gaps[static_cast<size_t>(j)] - p_gaps[i]);
     }
     diff.errors.push_back(error);
+    if (pe.device && pe.dur_ns > 0) {
+      relative.push_back(std::abs(static_cast<double>(error.duration_error_ns)) / static_cast<double>(pe.dur_ns));
+    }
+  }
+  if (!relative.empty()) {
+    std::sort(relative.begin(), relative.end());
+    const size_t n = relative.size();
+    diff.device_relative.count = static_cast<int64_t>(n);
+    // The lower middle and the nearest-rank 90th percentile, as for the classes.
+    diff.device_relative.median = relative[(n - 1) / 2];
+    diff.device_relative.p90 = relative[std::max<size_t>((9 * n + 9) / 10, 1) - 1];
   }
   // Per class.
   const std::vector<int64_t> p_path = PathTimeByClass(p);

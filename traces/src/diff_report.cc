@@ -207,6 +207,9 @@ std::string DiffReportMarkdown(const DiffSide& predicted, const DiffSide& measur
                      Percent(cp_delta, p.critical_path.length_ns, true));
   out += "The critical path spans each side from its first event to its last; the contributions below add up to\n"
          "its difference exactly. The step time is the device span (or the ProfilerStep# annotations).\n";
+  out += fmt::format("\nPer device op (kernels, copies, collectives; {} matched): |measured - predicted| / predicted is "
+                     "{:.1f}% at the median, {:.1f}% at the 90th percentile.\n",
+                     diff.device_relative.count, 100.0 * diff.device_relative.median, 100.0 * diff.device_relative.p90);
 
   out += fmt::format("\n## Matching\n\n{} matched ({} by op id, {} collective anchors, {} by name); unmatched: {} "
                      "predicted, {} measured.\n",
@@ -297,6 +300,9 @@ std::string DiffReportJson(const DiffSide& predicted, const DiffSide& measured, 
                {"critical_path_predicted_ns", p.critical_path.length_ns},
                {"critical_path_measured_ns", m.critical_path.length_ns},
                {"critical_path_difference_ns", m.critical_path.length_ns - p.critical_path.length_ns}};
+  j["device_ops"] = {{"matched", diff.device_relative.count},
+                     {"median_abs_relative_error", diff.device_relative.median},
+                     {"p90_abs_relative_error", diff.device_relative.p90}};
   j["matching"] = {{"matched", diff.matched()},
                    {"by_op_id", diff.matched_by_op_id},
                    {"by_anchor", diff.matched_by_anchor},

@@ -142,6 +142,23 @@ TEST(DiffTest, TraceAgainstItselfHasNoErrorAndEverythingMatched) {
   }
   EXPECT_TRUE(diff->top.empty());
   EXPECT_FALSE(diff->divergence.diverged);
+  EXPECT_GT(diff->device_relative.count, 0);
+  EXPECT_EQ(diff->device_relative.median, 0);
+  EXPECT_EQ(diff->device_relative.p90, 0);
+}
+
+TEST(DiffTest, RelativeErrorsOfDeviceOpsAreMedianAndNinetiethPercentile) {
+  // Four 100 us kernels on one rank, measured at 100, 110, 150 and 300 us: relative errors
+  // 0, 0.1, 0.5, 2. Median = the lower middle (0.1); p90 = the ceil(0.9 x 4) = 4th (2).
+  const std::vector<MiniOp> ops = {{"k0", 100 * kUs, "", -1}, {"k1", 100 * kUs, "", -1}, {"k2", 100 * kUs, "", -1}, {"k3", 100 * kUs, "", -1}};
+  const Timeline predicted = Replay(ops, 1, {}, {}, /*op_ids=*/true);
+  const Timeline measured =
+      Replay(ops, 1, {{0, 1, 1.1, 0}, {0, 2, 1.5, 0}, {0, 3, 3.0, 0}}, {}, /*op_ids=*/true);
+  auto diff = Diff(DiffSideFromTimeline(predicted, "p"), DiffSideFromTimeline(measured, "m"), DiffOptions{});
+  ASSERT_TRUE(diff.ok()) << diff.status().message();
+  EXPECT_EQ(diff->device_relative.count, 4);
+  EXPECT_NEAR(diff->device_relative.median, 0.1, 1e-9);
+  EXPECT_NEAR(diff->device_relative.p90, 2.0, 1e-9);
 }
 
 TEST(DiffTest, PerturbationsAreFoundAndExplainTheStepDifference) {

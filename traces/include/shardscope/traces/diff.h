@@ -202,6 +202,15 @@ struct ClassStats {
   int64_t contribution_ns = 0;     // to the critical-path (step) difference
 };
 
+// |measured - predicted| / predicted duration over matched device ops (kernels, copies,
+// collectives) whose predicted duration is positive: the per-op accuracy figure a
+// calibration is judged by (median and nearest-rank 90th percentile).
+struct RelativeErrors {
+  int64_t count = 0;
+  double median = 0;
+  double p90 = 0;
+};
+
 // Where the two critical paths part: the steps are compared in order through the matching.
 struct Divergence {
   bool diverged = false;
@@ -220,6 +229,7 @@ struct DiffResult {
   int64_t matched_by_anchor = 0;
   int64_t matched_by_name = 0;
   std::vector<ClassStats> classes;          // classes that occur, in OpClass order
+  RelativeErrors device_relative;           // per matched device op
   std::vector<OpError> errors;              // every matched pair, by predicted event
   std::vector<OpError> top;                 // the top-N ops by |contribution|, one pair each
   Divergence divergence;
