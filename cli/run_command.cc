@@ -4,18 +4,38 @@
 // The CUDA backend (runtime/cuda_backend.h) runs it on GPUs: CUDA streams, NCCL, proxy kernels.
 // MPI is initialized only here, after the arguments parsed; without mpirun the job is one rank
 // (MPI's singleton init), or, with --backend cuda, one process driving every local GPU.
+//
+// --profile: the host backend's measured timeline is its host timeline (DIR/trace.json, a copy
+// of DIR/host_timeline.json); the CUDA backend captures CUPTI activity records per rank
+// (CuptiProfile below, docs/PROFILER.md "Wiring run --profile"), or warns and falls back to
+// the host timeline where CUPTI cannot run (runtime::DecideProfileMode).
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "inputs.h"
+#include "shardscope/profiler/activity.h"
+#include "shardscope/profiler/capture_json.h"
+#include "shardscope/profiler/clock_alignment.h"
+#include "shardscope/profiler/collector.h"
 #include "shardscope/runtime/cuda_backend.h"
 #include "shardscope/runtime/host_backend.h"
+#include "shardscope/runtime/profile_mode.h"
+#include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/file_io.h"
 
 namespace shardscope::cli {
 
@@ -56,6 +76,203 @@ StatusOr<std::optional<sim::InjectedOom>> ParseInjectedOom(const std::string& sp
 
 namespace {
 
+StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IoError(fmt::format("{}: cannot open", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Adds `profile` to DIR/report.json (written by the backend on rank 0).
+Status AddProfileToReport(const std::string& out_dir, const nlohmann::ordered_json& profile) {
+  const std::string path = (std::filesystem::path(out_dir) / "report.json").string();
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  nlohmann::ordered_json report = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (report.is_discarded()) return Status::Internal(fmt::format("{}: not JSON", path));
+  report["profile"] = profile;
+  return traces::WriteFileAtomically(path, report.dump(2) + "\n");
+}
+
+// Rank 0: the measured timeline is the host timeline (host backend, or CUPTI unavailable).
+Status WriteHostTimelineAsTrace(const std::string& out_dir, std::string_view note) {
+  const std::filesystem::path dir(out_dir);
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::string timeline, ReadWholeFile((dir / "host_timeline.json").string()));
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically((dir / "trace.json").string(), timeline));
+  nlohmann::ordered_json profile;
+  profile["source"] = "host_timeline";
+  profile["note"] = note;
+  return AddProfileToReport(out_dir, profile);
+}
+
+// The clock CUPTI timestamps are mapped onto: this process's steady clock (ns), shifted onto
+// rank 0's by the measured offset.
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// One rank's CUPTI capture (docs/PROFILER.md, "Wiring run --profile"): the source is enabled
+// before the first measured step and finalized after the last one, flushed after each; the op
+// hooks push op ids only while it captures (the --cuda-graph replay after it is not recorded).
+// Every hook runs on the rank's host thread.
+class CuptiProfile {
+ public:
+  CuptiProfile(const traces::Schedule& schedule, int32_t warmup, int32_t steps, int64_t offset_to_rank_zero_ns)
+      : schedule_(schedule), warmup_(warmup), steps_(steps), offset_ns_(offset_to_rank_zero_ns) {}
+
+  runtime::OpHooks Hooks() {
+    runtime::OpHooks hooks;
+    hooks.streams_created = [this](int32_t rank, const std::vector<void*>& streams) -> Status {
+      rank_ = rank;
+      for (size_t s = 0; s < streams.size(); ++s) {
+        SHARDSCOPE_ASSIGN_OR_RETURN(uint32_t id, profiler::CuptiStreamId(streams[s]));
+        stream_map_[id] = static_cast<int32_t>(s);
+      }
+      return Status::Ok();
+    };
+    hooks.before_step = [this](int32_t, bool measured) { return measured && !source_ ? Start() : Status::Ok(); };
+    hooks.after_step = [this](int32_t step, bool measured) -> Status {
+      if (!measured || !capturing_) return Status::Ok();
+      SHARDSCOPE_RETURN_IF_ERROR(source_->Flush());
+      Sample();
+      // The device is synchronized (the step ended with cudaDeviceSynchronize), as
+      // cuptiFinalize requires.
+      return step == warmup_ + steps_ - 1 ? Stop() : Status::Ok();
+    };
+    hooks.before_issue = [this](int64_t op_id) {
+      if (capturing_) issue_.before_issue(op_id);
+    };
+    hooks.after_issue = [this](int64_t op_id) {
+      if (capturing_) issue_.after_issue(op_id);
+    };
+    return hooks;
+  }
+
+  // This rank's capture and source stats, as JSON for the gather to rank 0; also kept as
+  // DIR/cupti/rank_<r>.json. Clock samples are on rank 0's host clock (offset applied).
+  StatusOr<std::string> Finish(const std::string& out_dir) {
+    if (capturing_) SHARDSCOPE_RETURN_IF_ERROR(Stop());  // the run stopped early (OOM)
+    if (!source_) return std::string();
+    profiler::ActivityCapture capture;
+    capture.rank = rank_;
+    capture.dropped_records = source_->DroppedRecords();
+    capture.stream_map = stream_map_;
+    capture.clock_samples = samples_;
+    capture.records = collector_->records();
+    const std::filesystem::path dir = std::filesystem::path(out_dir) / "cupti";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Status::IoError(fmt::format("cannot create '{}': {}", dir.string(), ec.message()));
+    SHARDSCOPE_RETURN_IF_ERROR(
+        profiler::WriteActivityCaptureFile(capture, (dir / fmt::format("rank_{}.json", rank_)).string()));
+    const profiler::ActivitySourceStats stats = source_->Stats();
+    nlohmann::ordered_json out;
+    out["capture"] = nlohmann::ordered_json::parse(profiler::ActivityCaptureToJson(capture));
+    nlohmann::ordered_json by_kind;
+    for (size_t k = 0; k < stats.records_by_kind.size(); ++k) {
+      by_kind[std::string(profiler::ActivityKindName(static_cast<profiler::ActivityKind>(k)))] =
+          stats.records_by_kind[k];
+    }
+    out["source_stats"] = {{"records_by_kind", by_kind},
+                           {"dropped_records", stats.dropped_records},
+                           {"buffers_requested", stats.buffers_requested},
+                           {"buffers_refused", stats.buffers_refused},
+                           {"buffers_completed", stats.buffers_completed},
+                           {"buffer_high_water", stats.buffer_high_water},
+                           {"flushes", stats.flushes}};
+    return out.dump();
+  }
+
+ private:
+  Status Start() {
+    profiler::CollectorOptions options;
+    options.rank = rank_;
+    options.stream_map = stream_map_;
+    options.first_step = warmup_;
+    SHARDSCOPE_ASSIGN_OR_RETURN(collector_, profiler::ActivityCollector::Create(schedule_, options));
+    SHARDSCOPE_ASSIGN_OR_RETURN(source_, profiler::CreateCuptiActivitySource(*collector_, {}));
+    SHARDSCOPE_RETURN_IF_ERROR(source_->Enable(profiler::kDefaultActivityKinds));
+    issue_ = profiler::MakeOpIssueCallbacks(*source_);
+    Sample();
+    capturing_ = true;
+    return Status::Ok();
+  }
+  Status Stop() {
+    capturing_ = false;
+    Sample();
+    return source_->Finalize();
+  }
+  void Sample() { samples_.push_back({source_->Timestamp(), SteadyNowNs() + offset_ns_}); }
+
+  const traces::Schedule& schedule_;
+  const int32_t warmup_, steps_;
+  const int64_t offset_ns_;
+  int32_t rank_ = 0;
+  std::map<uint32_t, int32_t> stream_map_;
+  std::unique_ptr<profiler::ActivityCollector> collector_;
+  std::unique_ptr<profiler::ActivitySource> source_;
+  profiler::OpIssueCallbacks issue_;
+  std::vector<profiler::ClockSample> samples_;
+  bool capturing_ = false;
+};
+
+nlohmann::ordered_json CollectorReportJson(const profiler::CollectorReport& report) {
+  nlohmann::ordered_json by_kind;
+  for (size_t k = 0; k < report.records_by_kind.size(); ++k) {
+    by_kind[std::string(profiler::ActivityKindName(static_cast<profiler::ActivityKind>(k)))] =
+        report.records_by_kind[k];
+  }
+  return {{"records_by_kind", by_kind},
+          {"unmatched_device_records", report.unmatched_device_records},
+          {"unmatched_api_records", report.unmatched_api_records},
+          {"unknown_op_ids", report.unknown_op_ids},
+          {"unmapped_stream_records", report.unmapped_stream_records},
+          {"conflicting_correlations", report.conflicting_correlations},
+          {"flows", report.flows},
+          {"dropped_records", report.dropped_records}};
+}
+
+// Rank 0: every rank's capture -> DIR/trace.json (one timeline, rank 0's clock) and the
+// report's "profile". `parts` holds each rank's CuptiProfile::Finish text ("" : no capture).
+Status WriteCuptiTrace(const traces::Schedule& schedule, const std::string& out_dir,
+                       const std::vector<std::string>& parts) {
+  traces::TraceInfo info;
+  info.backend = "nccl";
+  info.world_size = schedule.world_size();
+  info.producer = "shardscope run --backend cuda --profile (CUPTI)";
+  const std::string path = (std::filesystem::path(out_dir) / "trace.json").string();
+  SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(path, info));
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (size_t r = 0; r < parts.size(); ++r) {
+    const nlohmann::ordered_json part = nlohmann::ordered_json::parse(parts[r]);
+    const std::string source = fmt::format("rank {}'s capture", r);
+    SHARDSCOPE_ASSIGN_OR_RETURN(profiler::ActivityCapture capture,
+                                profiler::ParseActivityCaptureJson(part.at("capture").dump(), source));
+    profiler::CollectorOptions options;
+    options.rank = capture.rank;
+    options.stream_map = capture.stream_map;
+    SHARDSCOPE_ASSIGN_OR_RETURN(options.clock, profiler::FitClockMap(capture.clock_samples));
+    // Seq continues from the warm-up steps run before the capture started.
+    options.first_step = part.value("first_step", int64_t{0});
+    SHARDSCOPE_ASSIGN_OR_RETURN(auto collector, profiler::ActivityCollector::Create(schedule, options));
+    collector->OnActivities(capture.records);
+    collector->SetDroppedRecords(capture.dropped_records);
+    const profiler::CollectorReport report = collector->WriteTimeline(*writer);
+    ranks.push_back({{"rank", capture.rank},
+                     {"clock", {{"rate", options.clock.rate}, {"anchor_source_ns", options.clock.source_anchor_ns},
+                                {"anchor_target_ns", options.clock.target_anchor_ns}}},
+                     {"collector", CollectorReportJson(report)},
+                     {"source", part.at("source_stats")}});
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
+  nlohmann::ordered_json profile;
+  profile["source"] = "cupti";
+  profile["note"] = "device records captured with CUPTI, mapped onto rank 0's host clock";
+  profile["ranks"] = ranks;
+  return AddProfileToReport(out_dir, profile);
+}
+
 struct RunCommandOptions {
   std::string input;
   std::string out_dir = "shardscope-run";
@@ -67,6 +284,7 @@ struct RunCommandOptions {
   std::string inject_oom;
   double device_memory_gb = 0;  // 0: the schedule's GPU
   bool cuda_graph = false;
+  bool profile = false;
   bool quiet = false;
 };
 
@@ -105,6 +323,24 @@ Status RunRun(const RunCommandOptions& options) {
     std::cerr << fmt::format("shardscope: running {} on {} process(es), {} backend\n", options.input,
                              mpi->world_size(), options.backend);
   }
+  // One rank per process unless one process drives every GPU (MPI singleton, world > 1).
+  const int32_t ranks_here = mpi->world_size() == 1 ? loaded.schedule.world_size() : 1;
+  runtime::ProfileDecision profile = runtime::DecideProfileMode(
+      options.profile, cuda, ranks_here,
+      options.profile && cuda && ranks_here == 1 ? profiler::ProbeCuptiCapture() : Status::Ok());
+  std::unique_ptr<CuptiProfile> cupti;
+  if (options.profile && cuda) {
+    // Every rank takes part (a rank whose probe failed too), at a quiet point before the run
+    // (clock_alignment.h recommends 16 rounds).
+    SHARDSCOPE_ASSIGN_OR_RETURN(profiler::ClockOffsetEstimate offset,
+                                profiler::SyncClockToRankZeroOverMpi(16, SteadyNowNs));
+    if (profile.mode == runtime::ProfileMode::kCupti) {
+      cupti = std::make_unique<CuptiProfile>(loaded.schedule, options.warmup, options.steps, offset.offset_ns);
+      run.hooks = cupti->Hooks();
+    } else {
+      std::cerr << fmt::format("shardscope run: rank {}: {}\n", mpi->rank(), profiler::FallbackWarning(profile.reason));
+    }
+  }
   runtime::RunResult result;
   if (cuda) {
     runtime::CudaRunOptions cuda_run;
@@ -114,10 +350,39 @@ Status RunRun(const RunCommandOptions& options) {
   } else {
     SHARDSCOPE_ASSIGN_OR_RETURN(result, runtime::RunHostBackend(*mpi, loaded.schedule, loaded.setup, run));
   }
+  if (options.profile) {
+    std::vector<std::string> parts;
+    if (cuda) {
+      std::string mine;
+      if (cupti) {
+        SHARDSCOPE_ASSIGN_OR_RETURN(mine, cupti->Finish(options.out_dir));
+        if (!mine.empty()) {
+          nlohmann::ordered_json part = nlohmann::ordered_json::parse(mine);
+          part["first_step"] = options.warmup;
+          mine = part.dump();
+        }
+      }
+      SHARDSCOPE_ASSIGN_OR_RETURN(parts, mpi->GatherToRankZero(mine));
+    }
+    if (mpi->rank() == 0) {
+      const bool all_captured =
+          cuda && !parts.empty() && std::all_of(parts.begin(), parts.end(), [](const std::string& p) { return !p.empty(); });
+      if (all_captured) {
+        SHARDSCOPE_RETURN_IF_ERROR(WriteCuptiTrace(loaded.schedule, options.out_dir, parts));
+      } else {
+        const std::string note =
+            cuda ? "CUPTI capture did not run on every rank (see the warnings): the measured timeline is the host "
+                   "timeline, when the host issued each op"
+                 : "host backend: the measured timeline is the host timeline (streams are threads; no CUPTI)";
+        SHARDSCOPE_RETURN_IF_ERROR(WriteHostTimelineAsTrace(options.out_dir, note));
+        if (!options.quiet) std::cerr << fmt::format("shardscope run: --profile: {}\n", note);
+      }
+    }
+  }
   if (mpi->rank() == 0) {
     std::cout << result.summary;
-    std::cout << (cuda ? fmt::format("  wrote {}/report.json\n", options.out_dir)
-                       : fmt::format("  wrote {0}/report.json and {0}/host_timeline.json\n", options.out_dir));
+    std::cout << fmt::format("  wrote {0}/report.json and {0}/host_timeline.json{1}\n", options.out_dir,
+                             options.profile ? fmt::format(" and {}/trace.json", options.out_dir) : "");
   }
   if (!result.oom_ranks.empty() || !result.completed) {
     return Status::Internal(mpi->rank() == 0 ? "the run did not complete: a rank ran out of memory"
@@ -136,7 +401,8 @@ CommandRunner AddRunCommand(CLI::App& app) {
       "--backend host runs it without a GPU: streams as threads, MPI collectives on host buffers, the simulator's "
       "allocator policy, kernels busy-waiting their predicted time x --time-scale. It checks execution semantics "
       "(ordering, collectives, memory, hangs), not performance. --backend cuda runs it on GPUs with proxy kernels of "
-      "the schedule's shapes and NCCL. Writes DIR/report.json (and, host backend, DIR/host_timeline.json); a hang "
+      "the schedule's shapes and NCCL. Writes DIR/report.json and DIR/host_timeline.json (when the host issued each "
+      "op); a hang "
       "writes DIR/flight_recorder/rank_<r>.json and aborts the job");
   cmd->add_option("input", options->input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", options->out_dir, "Output directory")->capture_default_str();
@@ -146,6 +412,12 @@ CommandRunner AddRunCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--cuda-graph", options->cuda_graph,
                 "--backend cuda: also capture one step in a CUDA graph and replay it (eager vs replay step times)");
+  cmd->add_flag("--profile", options->profile,
+                "Also write the measured timeline DIR/trace.json (`shardscope diff PREDICTED DIR` reads it). "
+                "--backend cuda: CUPTI device records per rank (kernels, copies, syncs, API calls tagged with op "
+                "ids), raw captures in DIR/cupti/rank_<r>.json, counts in report.json \"profile\"; where CUPTI "
+                "cannot run it warns and writes the host timeline instead. --backend host: the host timeline "
+                "(no CUPTI)");
   cmd->add_option("--steps", options->steps, "Measured steps")->capture_default_str();
   cmd->add_option("--warmup", options->warmup, "Steps run before the measured ones")->capture_default_str();
   cmd->add_option("--timeout", options->timeout_s,

@@ -41,6 +41,8 @@ StatusOr<std::unique_ptr<ActivitySource>> CreateCuptiActivitySource(ActivitySink
   return ProbeCuptiCapture();
 }
 
+StatusOr<uint32_t> CuptiStreamId(void*) { return ProbeCuptiCapture(); }
+
 #else  // SHARDSCOPE_HAVE_CUPTI
 
 namespace {
@@ -85,6 +87,7 @@ struct CuptiLibrary {
   decltype(&::cuptiActivityPopExternalCorrelationId) pop_external_id = nullptr;
   decltype(&::cuptiGetCallbackName) get_callback_name = nullptr;
   decltype(&::cuptiFinalize) finalize = nullptr;
+  decltype(&::cuptiGetStreamIdEx) get_stream_id = nullptr;
 };
 
 template <typename Fn>
@@ -157,6 +160,7 @@ StatusOr<CuptiLibrary> LoadCupti() {
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiActivityPopExternalCorrelationId", lib.pop_external_id));
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiGetCallbackName", lib.get_callback_name));
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiFinalize", lib.finalize));
+  SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiGetStreamIdEx", lib.get_stream_id));
   uint32_t version = 0;
   if (lib.get_version(&version) != CUPTI_SUCCESS) {
     return Status::IoError(fmt::format("{}: cuptiGetVersion failed", kUnavailable));
@@ -448,6 +452,21 @@ StatusOr<std::unique_ptr<ActivitySource>> CreateCuptiActivitySource(ActivitySink
   }
   return std::unique_ptr<ActivitySource>(
       std::make_unique<CuptiActivitySource>(std::make_unique<RealCuptiApi>(lib), std::move(pool), sink));
+}
+
+StatusOr<uint32_t> CuptiStreamId(void* cuda_stream) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(CuptiLibrary lib, LoadCupti());
+  uint32_t id = 0;
+  // Context NULL: "typically this parameter should be null" (cupti_activity.h,
+  // cuptiGetStreamIdEx); perThreadStream 0: the runtime creates explicit streams.
+  const CUptiResult result = lib.get_stream_id(nullptr, static_cast<CUstream>(cuda_stream), 0, &id);
+  if (result != CUPTI_SUCCESS) {
+    const char* text = nullptr;
+    if (lib.get_result_string(result, &text) != CUPTI_SUCCESS) text = nullptr;
+    return Status::Internal(fmt::format("cuptiGetStreamIdEx failed: {} (CUPTI error {})",
+                                        text != nullptr ? text : "unknown error", static_cast<int>(result)));
+  }
+  return id;
 }
 
 #endif  // SHARDSCOPE_HAVE_CUPTI

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flight_recorder.h"
+#include "host_timeline.h"
 #include "shardscope/runtime/execution_plan.h"
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/version.h"
@@ -151,12 +152,6 @@ struct WorkItem {
   int64_t ticket = 0;   // collective: position in its communicator's lane (0-based)
   int64_t record = -1;  // collective: index into records_; allocator event: its token
 };
-
-// One slice of host_timeline.json: tid 0 = host, 1 + stream.
-struct SliceRecord {
-  int64_t tid = 0, op_index = 0, start_ns = 0, end_ns = 0, step = 0, seq = -1;
-};
-constexpr int kSliceFields = 6;
 
 struct OomRecord {
   int64_t op_id = 0, time_ns = 0, requested = 0, free_bytes = 0, largest_free = 0;
@@ -778,35 +773,11 @@ class HostRank {
     SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Gather(mine.data(), record_size, MPI_INT64_T, all_results_.data(),
                                                     record_size, MPI_INT64_T, 0, results_comm_),
                                          "MPI_Gather"));
-    // The timeline: counts, then the slices.
+    // The timeline: every rank's slices to rank 0.
     std::vector<int64_t> flat;
-    auto append = [&flat](const SliceRecord& s) {
-      flat.insert(flat.end(), {s.tid, s.op_index, s.start_ns, s.end_ns, s.step, s.seq});
-    };
-    for (const SliceRecord& s : host_slices_) append(s);
-    for (const Stream& stream : streams_) {
-      for (const SliceRecord& s : stream.slices) append(s);
-    }
-    constexpr size_t kMaxTimelineValues = size_t{1} << 28;  // stays within MPI's int counts
-    if (flat.size() > kMaxTimelineValues) flat.resize(kMaxTimelineValues - kMaxTimelineValues % kSliceFields);
-    const int count = static_cast<int>(flat.size());
-    std::vector<int> counts(static_cast<size_t>(world), 0), displacements(static_cast<size_t>(world), 0);
-    SHARDSCOPE_RETURN_IF_ERROR(
-        MpiStatus(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, results_comm_), "MPI_Gather"));
-    if (plan_.rank == 0) {
-      int64_t total = 0;
-      for (size_t r = 0; r < counts.size(); ++r) {
-        displacements[r] = static_cast<int>(total);
-        total += counts[r];
-      }
-      if (total > INT_MAX) return Status::Internal("host timeline too large to gather");
-      all_slices_.resize(static_cast<size_t>(total));
-    }
-    SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(flat.data(), count, MPI_INT64_T, all_slices_.data(),
-                                                     counts.data(), displacements.data(), MPI_INT64_T, 0,
-                                                     results_comm_),
-                                         "MPI_Gatherv"));
-    slice_counts_ = counts;
+    AppendFlattened(host_slices_, flat);
+    for (const Stream& stream : streams_) AppendFlattened(stream.slices, flat);
+    SHARDSCOPE_ASSIGN_OR_RETURN(timeline_, GatherTimelineSlices(results_comm_, std::move(flat)));
     RunResult result;
     if (plan_.rank != 0) {
       result.completed = !stopped_;
@@ -820,22 +791,6 @@ class HostRank {
     }
     result.summary = SummaryText(mine.size());
     return result;
-  }
-
-  // Host slices in Kineto's categories: launches are CUDA runtime calls, synchronizations
-  // cuda_sync, host work and allocator calls CPU ops.
-  static traces::Category HostCategory(const traces::OpPayload& payload) {
-    if (std::holds_alternative<traces::KernelOp>(payload) || std::holds_alternative<traces::CollectiveOp>(payload) ||
-        std::holds_alternative<traces::MemcpyOp>(payload) || std::holds_alternative<traces::EventRecordOp>(payload) ||
-        std::holds_alternative<traces::StreamWaitEventOp>(payload)) {
-      return traces::Category::kCudaRuntime;
-    }
-    if (std::holds_alternative<traces::StreamSynchronizeOp>(payload) ||
-        std::holds_alternative<traces::DeviceSynchronizeOp>(payload) ||
-        std::holds_alternative<traces::EventSynchronizeOp>(payload)) {
-      return traces::Category::kCudaSync;
-    }
-    return traces::Category::kCpuOp;
   }
 
   static int64_t Median(std::vector<int64_t> v) {
@@ -878,7 +833,8 @@ class HostRank {
     const size_t record_size = kResultFields + static_cast<size_t>(options_.steps);
     const std::filesystem::path dir(options_.out_dir);
     SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(dir / "report.json", ReportJson(record_size)));
-    return WriteTimeline((dir / "host_timeline.json").string());
+    return WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, timeline_,
+                             fmt::format("shardscope {} run --backend host", sim::Version()), "mpi");
   }
 
   std::string ReportJson(size_t record_size) const {
@@ -953,69 +909,6 @@ class HostRank {
     return j.dump(2) + "\n";
   }
 
-  Status WriteTimeline(const std::string& path) const {
-    traces::TraceInfo info;
-    info.backend = "mpi";
-    info.world_size = plan_.world_size;
-    info.producer = fmt::format("shardscope {} run --backend host", sim::Version());
-    SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(path, info));
-    size_t offset = 0;
-    for (int32_t r = 0; r < plan_.world_size; ++r) {
-      const traces::Program& program = schedule_.ProgramOf(r);
-      writer->OnProcess(traces::ProcessInfo{r, fmt::format("rank {}", r), r});
-      writer->OnThread(traces::ThreadInfo{r, 0, "host thread", 0});
-      for (size_t s = 0; s < program.streams.size(); ++s) {
-        const auto tid = static_cast<int32_t>(1 + s);
-        writer->OnThread(traces::ThreadInfo{r, tid, fmt::format("stream {} {}", s, program.streams[s].name), tid});
-      }
-      const size_t end = offset + static_cast<size_t>(slice_counts_[Idx(r)]);
-      for (size_t i = offset; i + kSliceFields <= end; i += kSliceFields) {
-        const int64_t* f = all_slices_.data() + i;
-        const traces::Op& op = program.ops[static_cast<size_t>(f[1])];
-        traces::Slice slice;
-        slice.pid = r;
-        slice.tid = static_cast<int32_t>(f[0]);
-        slice.ts_ns = f[2];
-        slice.dur_ns = f[3] - f[2];
-        slice.op_id = op.id;
-        const std::string_view name = program.NameOf(op.name);
-        slice.name = name.empty() ? std::string(traces::OpKindName(op.payload)) : std::string(name);
-        const bool host = slice.tid == 0;
-        if (host) {
-          slice.category = HostCategory(op.payload);
-          if (const auto* alloc = std::get_if<traces::AllocateOp>(&op.payload); alloc && name.empty()) {
-            slice.name = "allocate " + program.tensors[Idx(alloc->tensor)];
-          } else if (const auto* free_op = std::get_if<traces::FreeOp>(&op.payload); free_op && name.empty()) {
-            slice.name = "free " + program.tensors[Idx(free_op->tensor)];
-          }
-        } else if (std::holds_alternative<traces::MemcpyOp>(op.payload)) {
-          slice.category = traces::Category::kGpuMemcpy;
-        } else {
-          slice.category = traces::Category::kKernel;
-        }
-        if (const auto* coll = std::get_if<traces::CollectiveOp>(&op.payload); coll && !host) {
-          const int32_t c = schedule_.CommunicatorOf(r, coll->comm);
-          const traces::Communicator& comm = schedule_.communicators[Idx(c)];
-          const CollectiveBuffers b = BuffersFor(*coll, static_cast<int32_t>(comm.ranks.size()));
-          traces::CollectiveInfo info_c;
-          info_c.collective_name = std::string(traces::CollectiveTypeName(coll->type));
-          info_c.process_group = comm.name;
-          info_c.dtype = std::string(traces::DTypeName(coll->dtype));
-          info_c.in_nelems = b.send_elements;
-          info_c.out_nelems = b.recv_elements;
-          info_c.group_size = static_cast<int32_t>(comm.ranks.size());
-          info_c.seq = f[5];
-          info_c.rank = r;
-          slice.collective = info_c;
-        }
-        slice.args.push_back({"step", f[4]});
-        writer->OnSlice(slice);
-      }
-      offset = end;
-    }
-    return writer->Finish();
-  }
-
   const traces::Schedule& schedule_;
   const sim::SimulationSetup& setup_;
   const ExecutionPlan& plan_;
@@ -1057,8 +950,7 @@ class HostRank {
 
   // Rank 0, after the exchange:
   std::vector<int64_t> all_results_;
-  std::vector<int64_t> all_slices_;
-  std::vector<int> slice_counts_;
+  TimelineSlices timeline_;
 
   std::vector<MPI_Comm> comms_;
   MPI_Comm watchdog_comm_ = MPI_COMM_NULL;
@@ -1104,6 +996,33 @@ StatusOr<std::unique_ptr<MpiSession>> MpiSession::Init() {
         "concurrently); use an Open MPI built with thread support");
   }
   return session;
+}
+
+StatusOr<std::vector<std::string>> MpiSession::GatherToRankZero(const std::string& mine) const {
+  if (mine.size() > static_cast<size_t>(INT_MAX)) return Status::Internal("a gathered string exceeds 2 GiB");
+  const int size = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<size_t>(world_size_), 0), displacements(static_cast<size_t>(world_size_), 0);
+  SHARDSCOPE_RETURN_IF_ERROR(
+      MpiStatus(MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather"));
+  std::string all;
+  if (rank_ == 0) {
+    int64_t total = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      displacements[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    if (total > INT_MAX) return Status::Internal("gathered strings exceed 2 GiB");
+    all.resize(static_cast<size_t>(total));
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(),
+                                                   displacements.data(), MPI_CHAR, 0, MPI_COMM_WORLD),
+                                       "MPI_Gatherv"));
+  std::vector<std::string> out;
+  if (rank_ != 0) return out;
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    out.push_back(all.substr(static_cast<size_t>(displacements[r]), static_cast<size_t>(sizes[r])));
+  }
+  return out;
 }
 
 MpiSession::~MpiSession() {

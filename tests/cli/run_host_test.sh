@@ -142,6 +142,34 @@ if [ "$rc" -ne 0 ]; then  # 0: a machine with 2 GPUs ran it
   [ ! -e "$work/cuda/report.json" ] || fail "(c) --backend cuda wrote a report"
 fi
 
+# ---- (d) --profile on the host backend: the measured timeline is the host timeline, written as
+# DIR/trace.json, and `shardscope diff` matches every predicted op of the simulation to it by
+# op id (both sides carry the schedule's op ids; docs/DIFF.md "matching").
+"$shardscope" simulate "$golden" -o "$work/simtrace" -q > /dev/null
+if timeout 120 "${mpirun_cmd[@]}" -np 2 "$shardscope" run "$golden" -o "$work/prof" -q --warmup 1 --steps 2 \
+     --timeout 30 --profile > "$work/prof.out" 2>&1; then
+  [ -s "$work/prof/trace.json" ] || fail "(d) --profile wrote no trace.json"
+  cmp -s "$work/prof/trace.json" "$work/prof/host_timeline.json" || fail "(d) trace.json is not the host timeline"
+  if "$shardscope" diff "$work/simtrace" "$work/prof" -o "$work/profdiff" > "$work/profdiff.out" 2>&1; then
+    "$python" - "$work/profdiff/report.json" "$work/prof/report.json" <<'EOF2' || fail "(d) diff"
+import json, sys
+diff, run = (json.load(open(p)) for p in sys.argv[1:3])
+m = diff["matching"]
+ok = True
+if not (m["matched"] > 0 and m["by_op_id"] == m["matched"] and m["unmatched_predicted"] == 0
+        and m["by_anchor"] == 0 and m["by_name"] == 0):
+    print("  (d) expected every predicted op matched by op id, got", m); ok = False
+if run.get("profile", {}).get("source") != "host_timeline":
+    print("  (d) report.json profile.source:", run.get("profile")); ok = False
+sys.exit(0 if ok else 1)
+EOF2
+  else
+    fail "(d) shardscope diff exited non-zero: $(tail -3 "$work/profdiff.out")"
+  fi
+else
+  fail "(d) run --profile failed: $(tail -5 "$work/prof.out")"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "run_host_test: $failures failure(s)"
   exit 1

@@ -39,6 +39,7 @@
 #include "cuda/proxy_kernels.h"
 #include "cuda/proxy_math.h"
 #include "flight_recorder.h"
+#include "host_timeline.h"
 #include "shardscope/runtime/execution_plan.h"
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/version.h"
@@ -498,6 +499,11 @@ class CudaRank {
       SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent ev, MakeEvent(false));
       join_events_.push_back(std::move(ev));
     }
+    if (options_.common.hooks.streams_created) {
+      std::vector<void*> handles;
+      for (const auto& stream : streams_) handles.push_back(static_cast<void*>(stream.get()));
+      SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.streams_created(plan_.rank, handles));
+    }
     SHARDSCOPE_ASSIGN_OR_RETURN(step_start_, MakeEvent(true));
     SHARDSCOPE_ASSIGN_OR_RETURN(step_end_, MakeEvent(true));
     cublasLtHandle_t lt = nullptr;
@@ -574,6 +580,7 @@ class CudaRank {
   }
 
   const std::vector<std::string>& notes() const { return notes_; }
+  const std::vector<SliceRecord>& host_slices() const { return host_slices_; }
   const std::string& device_name() const { return device_name_; }
 
   // ---- Watchdog side (another thread)
@@ -1005,7 +1012,11 @@ class CudaRank {
     if (options_.common.hooks.before_issue) options_.common.hooks.before_issue(op.op_id);
     const int64_t start = Now();
     const Status status = Issue(index, step);
-    host_busy_ns_ += Now() - start;
+    const int64_t end = Now();
+    host_busy_ns_ += end - start;
+    // The host-side timeline (host_timeline.h): when the host issued the op, not when the
+    // device ran it (that is the CUPTI capture's, `run --profile`).
+    host_slices_.push_back(SliceRecord{0, index, start, end, step, -1});
     if (options_.common.hooks.after_issue) options_.common.hooks.after_issue(op.op_id);
     nvtxRangePop();
     MarkProgress();
@@ -1043,6 +1054,10 @@ class CudaRank {
     for (int32_t step = 0; step < total && !stopped_; ++step) {
       // The previous step ended with a device synchronization: every stream is idle, so an
       // event on stream 0 marks the start of the whole device's step.
+      const bool measured = step >= options_.common.warmup;
+      if (options_.common.hooks.before_step) {
+        SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.before_step(step, measured));
+      }
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_.get(), StreamOf(0)));
       for (size_t i = 0; i < plan_.ops.size() && !stopped_; ++i) {
         SHARDSCOPE_RETURN_IF_ERROR(IssueWithMarkers(static_cast<int32_t>(i), step));
@@ -1051,6 +1066,9 @@ class CudaRank {
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_.get(), StreamOf(0)));
       SetHostState("cudaDeviceSynchronize (end of step)");
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+      if (options_.common.hooks.after_step) {
+        SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.after_step(step, measured));
+      }
       SetHostState("running its program");
       if (!stopped_ && step >= options_.common.warmup) {
         SHARDSCOPE_ASSIGN_OR_RETURN(int64_t ns, ElapsedNs());
@@ -1150,6 +1168,7 @@ class CudaRank {
   int64_t meminfo_free_at_peak_ = -1, meminfo_total_ = -1;
   std::vector<int64_t> step_times_, graph_times_;
   std::vector<std::string> notes_;
+  std::vector<SliceRecord> host_slices_;
 };
 
 // Side channel of the watchdog (MPI mode), as the host backend's.
@@ -1403,6 +1422,19 @@ class Job {
                                                       results_comm_),
                                            "MPI_Gather"));
     }
+    // The host-side timeline, as the host backend gathers it (host_timeline.h).
+    TimelineSlices timeline;
+    if (threaded_) {
+      for (auto& r : ranks_) {
+        const size_t before = timeline.values.size();
+        AppendFlattened(r->host_slices(), timeline.values);
+        timeline.counts.push_back(static_cast<int>(timeline.values.size() - before));
+      }
+    } else {
+      std::vector<int64_t> flat;
+      AppendFlattened(ranks_[0]->host_slices(), flat);
+      SHARDSCOPE_ASSIGN_OR_RETURN(timeline, GatherTimelineSlices(results_comm_, std::move(flat)));
+    }
     RunResult result;
     if (mpi_.rank() != 0) {
       result.completed = ranks_[0]->ResultRecord()[kFinished] == 1;
@@ -1419,6 +1451,9 @@ class Job {
     result.summary = SummaryText();
     const std::filesystem::path dir(options_.common.out_dir);
     SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(dir / "report.json", ReportJson()));
+    SHARDSCOPE_RETURN_IF_ERROR(WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, timeline,
+                                                 fmt::format("shardscope {} run --backend cuda", sim::Version()),
+                                                 "nccl"));
     return result;
   }
 

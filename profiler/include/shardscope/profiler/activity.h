@@ -270,6 +270,13 @@ std::string FallbackWarning(const Status& probe);
 StatusOr<std::unique_ptr<ActivitySource>> CreateCuptiActivitySource(ActivitySink& sink,
                                                                     const BufferPoolOptions& options);
 
+// CUPTI's id of a CUDA stream (cuptiGetStreamIdEx), the `stream` field of the device
+// records launched on it: the runtime hands over the cudaStream_t handles it created (as
+// void*, no CUDA header here) and the caller builds CollectorOptions::stream_map from the
+// answers. The stream's device must be current. Fails as ProbeCuptiCapture does where CUPTI
+// cannot load (always, in a build without CUDA).
+StatusOr<uint32_t> CuptiStreamId(void* cuda_stream);
+
 // Callables for the runtime's OpHooks {before_issue(op_id), after_issue(op_id)}
 // (runtime/include/shardscope/runtime/op_hooks.h; profiler does not depend on runtime):
 // before_issue pushes the op id as CUPTI's external correlation id, after_issue pops it, so

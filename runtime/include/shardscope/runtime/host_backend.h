@@ -44,6 +44,9 @@ class MpiSession {
 
   int32_t rank() const { return rank_; }
   int32_t world_size() const { return world_size_; }
+  // Collective over MPI_COMM_WORLD: rank 0 receives every rank's string, in rank order;
+  // other ranks get an empty vector.
+  StatusOr<std::vector<std::string>> GatherToRankZero(const std::string& mine) const;
 
  private:
   MpiSession(int32_t rank, int32_t world_size) : rank_(rank), world_size_(world_size) {}
