@@ -100,8 +100,17 @@ def step(path):
 print(f"{step(sys.argv[1]) / step(sys.argv[2]) - 1:.4f}")
 PY
 )
-dropped=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r.get("profile", {}).get("dropped_records", "n/a"))' \
-  "$results/train.run/report.json")
+# report.json "profile": {"source": "cupti", "ranks": [{"source": {"dropped_records": N, ...}}]}
+# (cli/run_command.cc WriteCuptiTrace); a fallback to the host timeline has no such ranks.
+dropped=$(python3 - "$results/train.run/report.json" <<'PY'
+import json, sys
+profile = json.load(open(sys.argv[1])).get("profile", {})
+if profile.get("source") != "cupti":
+    print(f"n/a (profile source {profile.get('source')})")
+else:
+    print(sum(r["source"]["dropped_records"] for r in profile["ranks"]))
+PY
+)
 
 echo "== figures"
 echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
