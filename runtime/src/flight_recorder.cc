@@ -12,22 +12,6 @@ namespace shardscope::runtime {
 
 using traces::CollectiveType;
 
-std::string_view TorchDTypeName(traces::DType dtype) {
-  // c10/core/ScalarType.h names, as Flight Recorder prints input_dtypes.
-  switch (dtype) {
-    case traces::DType::kFloat32:
-    case traces::DType::kTFloat32: return "Float";
-    case traces::DType::kBFloat16: return "BFloat16";
-    case traces::DType::kFloat16: return "Half";
-    case traces::DType::kFloat8E4M3: return "Float8_e4m3fn";
-    case traces::DType::kFloat8E5M2: return "Float8_e5m2";
-    case traces::DType::kInt8: return "Char";
-    case traces::DType::kInt32: return "Int";
-    case traces::DType::kInt64: return "Long";
-    case traces::DType::kFloat64: return "Double";
-  }
-  return "Float";
-}
 
 int32_t BlockedRecord(const std::vector<FlightRecord>& records) {
   for (size_t i = 0; i < records.size(); ++i) {
@@ -67,7 +51,7 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
     // FlightRecorder.hpp Entry states: "scheduled" (enqueued), "started" (the kernel runs:
     // NCCL's kernel spins for its peers once its stream reaches it), "completed".
     const std::string state = completed ? "completed" : (r.started_ns >= 0 ? "started" : "scheduled");
-    const std::string dtype(TorchDTypeName(coll.dtype));
+    const std::string dtype(traces::TorchScalarTypeName(coll.dtype));
     nlohmann::ordered_json e;
     e["record_id"] = static_cast<int64_t>(i);
     e["pg_id"] = r.communicator;

@@ -60,8 +60,6 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
 // The first record not completed (the collective the rank is blocked in), or -1.
 int32_t BlockedRecord(const std::vector<FlightRecord>& records);
 
-// PyTorch's dtype names as Flight Recorder prints them ("Float", "BFloat16", ...).
-std::string_view TorchDTypeName(traces::DType dtype);
 
 }  // namespace shardscope::runtime
 

@@ -35,6 +35,7 @@
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/file_io.h"
 
 namespace shardscope::runtime {
 
@@ -51,20 +52,6 @@ Status MpiStatus(int rc, std::string_view call) {
   return Status::Internal(fmt::format("{} failed: {}", call, std::string(text, static_cast<size_t>(length))));
 }
 
-Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-    out << text;
-    out.flush();
-    if (!out) return Status::IoError(fmt::format("cannot write '{}'", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path.string(), ec.message()));
-  return Status::Ok();
-}
 
 // A kernel occupies its stream for its duration: spin rather than sleep, as a GPU kernel does
 // not yield its stream (and sleeping granularity would swamp scaled microsecond durations).
@@ -729,7 +716,7 @@ class HostRank {
     const std::filesystem::path dir = std::filesystem::path(options_.out_dir) / "flight_recorder";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    const Status status = WriteFileAtomically(dir / fmt::format("rank_{}.json", plan_.rank),
+    const Status status = traces::WriteFileAtomically((dir / fmt::format("rank_{}.json", plan_.rank)).string(),
                                               RuntimeFlightRecorderJson(schedule_, records, lanes, context));
     if (!status.ok()) {
       std::cerr << fmt::format("shardscope run: rank {}: {}\n", plan_.rank, status.message());
@@ -832,7 +819,7 @@ class HostRank {
   Status WriteOutputs() {
     const size_t record_size = kResultFields + static_cast<size_t>(options_.steps);
     const std::filesystem::path dir(options_.out_dir);
-    SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(dir / "report.json", ReportJson(record_size)));
+    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically((dir / "report.json").string(), ReportJson(record_size)));
     return WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, timeline_,
                              fmt::format("shardscope {} run --backend host", sim::Version()), "mpi");
   }

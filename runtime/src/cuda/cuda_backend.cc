@@ -43,6 +43,7 @@
 #include "shardscope/runtime/execution_plan.h"
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/version.h"
+#include "shardscope/traces/file_io.h"
 
 namespace shardscope::runtime {
 
@@ -62,20 +63,6 @@ Status MpiStatus(int rc, std::string_view call) {
   return Status::Internal(fmt::format("{} failed: {}", call, std::string(text, static_cast<size_t>(length))));
 }
 
-Status WriteFileAtomically(const std::filesystem::path& path, const std::string& text) {
-  const std::string tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-    out << text;
-    out.flush();
-    if (!out) return Status::IoError(fmt::format("cannot write '{}'", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp, path.string(), ec.message()));
-  return Status::Ok();
-}
 
 // ---- Owning handles (CCCL's habit): move-only, destroyed once; destructors never throw and
 // log a failed destroy instead (SHARDSCOPE_CUDA_LOG_IF_ERROR). The raw handle is the
@@ -657,7 +644,7 @@ class CudaRank {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     const std::filesystem::path path = dir / fmt::format("rank_{}.json", plan_.rank);
-    const Status status = WriteFileAtomically(path, RuntimeFlightRecorderJson(schedule_, records, lanes, context));
+    const Status status = traces::WriteFileAtomically(path.string(), RuntimeFlightRecorderJson(schedule_, records, lanes, context));
     std::cerr << fmt::format("shardscope run: rank {}: {}\n", plan_.rank,
                              status.ok() ? "wrote " + path.string() : status.message());
   }
@@ -1450,7 +1437,7 @@ class Job {
     record_size_ = record_size;
     result.summary = SummaryText();
     const std::filesystem::path dir(options_.common.out_dir);
-    SHARDSCOPE_RETURN_IF_ERROR(WriteFileAtomically(dir / "report.json", ReportJson()));
+    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically((dir / "report.json").string(), ReportJson()));
     SHARDSCOPE_RETURN_IF_ERROR(WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, timeline,
                                                  fmt::format("shardscope {} run --backend cuda", sim::Version()),
                                                  "nccl"));
