@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `shardscope run --backend host` under mpirun: the runtime executes schedules with real MPI
 # collectives, its allocator peaks equal the simulator's (same policy), and a rank that runs
-# out of memory under the raise policy hangs its peers until the watchdog dumps a Flight
-# Recorder per rank that says what the simulator said.
+# out of memory under the raise policy (or ranks that run different plans) hangs its peers
+# until the watchdog dumps a Flight Recorder per rank that says what the simulator said.
 #
 # Usage: run_host_test.sh path/to/shardscope   (from the repository root)
 set -euo pipefail
@@ -169,6 +169,41 @@ EOF2
 else
   fail "(d) run --profile failed: $(tail -5 "$work/prof.out")"
 fi
+
+# ---- (e) a plan-level divergence: rank 1 runs FSDP2 without backward prefetch. The simulator
+# predicts a collective type mismatch at dp_shard #5 (sim/src/divergence_test.cc derives it);
+# on the host backend the two ranks enter MPI collectives of different kinds at that sequence
+# number, no op completes, and the watchdog's dumps name the same collective on each rank.
+cp examples/tiny-fsdp2-2gpu.yaml "$work/divergent.yaml"
+printf 'divergence:\n  overrides: [{ranks: [1], fsdp2: {backward_prefetch: 0}}]\n' >> "$work/divergent.yaml"
+"$shardscope" simulate "$work/divergent.yaml" -o "$work/simdiv" -q --trace-ranks none > /dev/null
+set +e
+timeout 120 "${mpirun_cmd[@]}" -np 2 "$shardscope" run "$work/divergent.yaml" -o "$work/rundiv" -q --warmup 0 \
+  --steps 1 --timeout 3 > "$work/rundiv.out" 2>&1
+rc=$?
+set -e
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+  fail "(e) expected the watchdog to abort the divergent job, got exit $rc"; cat "$work/rundiv.out"
+fi
+"$python" - "$work/simdiv" "$work/rundiv/flight_recorder" <<'EOF3' || fail "(e) divergence dumps"
+import json, os, sys
+sim_dir, run_dir = sys.argv[1:3]
+cause = json.load(open(os.path.join(sim_dir, "report.json")))["hang_report"]["causes"][0]
+ok = True
+if (cause["kind"], cause["communicator"], cause["seq"], cause["ranks"]) != ("mismatch", "dp_shard", 5, [0, 1]):
+    print("  (e) the simulator's prediction changed:", cause); ok = False
+for rank in (0, 1):
+    # The simulator's dump: the first unfinished entry is the collective the rank waits in
+    # (rank 0: nccl:all_gather, rank 1: nccl:reduce_scatter).
+    sim = json.load(open(os.path.join(sim_dir, f"flight_recorder_rank{rank}.json")))
+    first = next(e for e in sim["entries"] if e["state"] != "completed")
+    want = (cause["communicator"], cause["seq"], first["profiling_name"])
+    blocked = json.load(open(os.path.join(run_dir, f"rank_{rank}.json")))["shardscope"]["blocked_collective"] or {}
+    got = (blocked.get("process_group"), blocked.get("collective_seq_id"), blocked.get("profiling_name"))
+    if got != want or first["collective_seq_id"] != cause["seq"]:
+        print(f"  (e) rank {rank}: blocked in {got}, simulated {want}"); ok = False
+sys.exit(0 if ok else 1)
+EOF3
 
 if [ "$failures" -ne 0 ]; then
   echo "run_host_test: $failures failure(s)"
