@@ -206,7 +206,7 @@ bool CalibrationProfile::operator==(const CalibrationProfile& o) const {
 
 CalibratedCostProvider::CalibratedCostProvider(const traces::Schedule& schedule, const ClusterSpec& cluster,
                                                const CostProvider& base, CalibrationProfile profile)
-    : base_(base), profile_(std::move(profile)), compute_(cluster.gpu, ComputeModelConfig::Default()) {
+    : base_(base), profile_(std::move(profile)), compute_(cluster.gpu) {
   group_sizes_.reserve(schedule.communicators.size());
   for (const traces::Communicator& c : schedule.communicators) {
     group_sizes_.push_back(static_cast<int32_t>(c.ranks.size()));
@@ -239,7 +239,7 @@ const CollectiveCalibration* CalibratedCostProvider::FindCollective(CollectiveTy
 
 double CalibratedCostProvider::MemoryBandwidth() const {
   if (profile_.memory_bandwidth) return profile_.memory_bandwidth->value;
-  return compute_.gpu().hbm_bandwidth * compute_.config().memory_efficiency;
+  return compute_.CopyBandwidth();
 }
 
 int64_t CalibratedCostProvider::KernelNs(const traces::ComputeDesc& desc) const {
@@ -258,6 +258,11 @@ int64_t CalibratedCostProvider::KernelNs(const traces::ComputeDesc& desc) const 
     dtype = attn->dtype;
   } else if (!std::holds_alternative<MemoryBoundDesc>(desc) || !profile_.memory_bandwidth) {
     return base_.KernelNs(desc);  // fixed durations; memory-bound kernels without a fit
+  } else {
+    // Memory-bound: the floor plus the streaming time at the fitted bandwidth, as the model.
+    const double bandwidth = MemoryBandwidth();
+    const double stream_ns = bandwidth > 0 ? KernelBytes(desc) / bandwidth * kNsPerSecond : 0;
+    return static_cast<int64_t>(std::ceil(static_cast<double>(compute_.KernelFloorNs()) + stream_ns));
   }
   double compute_s = 0;
   if (efficiency > 0 && flops > 0) {
@@ -268,7 +273,7 @@ int64_t CalibratedCostProvider::KernelNs(const traces::ComputeDesc& desc) const 
   const double bandwidth = MemoryBandwidth();
   const double memory_s = bytes > 0 && bandwidth > 0 ? bytes / bandwidth : 0;
   const double ns = std::max(compute_s, memory_s) * kNsPerSecond;
-  return std::max(static_cast<int64_t>(std::ceil(ns)), compute_.config().kernel_floor_ns);
+  return std::max(static_cast<int64_t>(std::ceil(ns)), compute_.KernelFloorNs());
 }
 
 int64_t CalibratedCostProvider::MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const {
@@ -334,9 +339,9 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
   CalibrationFit out;
   CalibrationProfile& profile = out.profile;
   profile.gpu = cluster.gpu.name;
-  const ComputeModel model(cluster.gpu, ComputeModelConfig::Default());
+  const ComputeModel model(cluster.gpu);
   const ClusterCostProvider base(schedule, cluster);
-  const int64_t floor_ns = model.config().kernel_floor_ns;
+  const int64_t floor_ns = model.KernelFloorNs();
 
   // Op id -> op, per program.
   std::vector<std::unordered_map<int64_t, const traces::Op*>> ops_by_id(schedule.programs.size());
@@ -452,7 +457,8 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
       const auto* mem = std::get_if<MemoryBoundDesc>(&desc);
       const double d = static_cast<double>(k.run.end - k.run.start);
       if (mem == nullptr || d <= kBoundMargin * static_cast<double>(floor_ns)) continue;
-      fit.Add(KernelBytes(desc), d);
+      // The model: floor + bytes / bandwidth (compute_model.h).
+      fit.Add(KernelBytes(desc), d - static_cast<double>(floor_ns));
     }
     if (!fit.Empty()) {
       const double x = fit.X();
@@ -460,7 +466,7 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
     }
   }
   const double bandwidth = profile.memory_bandwidth ? profile.memory_bandwidth->value
-                                                    : cluster.gpu.hbm_bandwidth * model.config().memory_efficiency;
+                                                    : model.CopyBandwidth();
 
   // 2. GEMM and attention efficiencies.
   {
@@ -728,29 +734,26 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
 // ---- Residual table
 
 std::string CalibrationTableText(const CalibrationProfile& profile, const ClusterSpec& cluster) {
-  const ComputeModelConfig defaults = ComputeModelConfig::Default();
-  const ComputeModel model(cluster.gpu, defaults);
+  const ComputeModel model(cluster.gpu);
   std::string text = fmt::format("{:<44} {:>14} {:>14} {:>8} {:>10}\n", "quantity", "fitted", "default", "points",
                                  "rms rel.err");
   const auto row = [&](const std::string& name, const std::string& fitted, const std::string& def, const FitQuality& q) {
     text += fmt::format("{:<44} {:>14} {:>14} {:>8} {:>9.3f}%\n", name, fitted, def, q.points,
                         100 * q.rms_relative_error);
   };
+  // The defaults of GEMMs and attention depend on the shape (tile/wave model, measured
+  // attention tables): no single default efficiency exists to print beside a bucket.
   for (const GemmCalibration& g : profile.gemm) {
-    double def = defaults.gemm_efficiency.empty() ? 1 : defaults.gemm_efficiency.front().efficiency;
-    for (const GemmEfficiencyRow& r : defaults.gemm_efficiency) {
-      if (std::pow(10.0, g.flops_decade) >= r.min_flops) def = r.efficiency;
-    }
     row(fmt::format("gemm {} 1e{}..1e{} FLOPs efficiency", DTypeText(g.dtype), g.flops_decade, g.flops_decade + 1),
-        fmt::format("{:.4f}", g.efficiency), fmt::format("{:.4f}", def), g.fit);
+        fmt::format("{:.4f}", g.efficiency), "shape model", g.fit);
   }
   for (const AttentionCalibration& a : profile.attention) {
     row(fmt::format("attention {} {} efficiency", DTypeText(a.dtype), a.backward ? "backward" : "forward"),
-        fmt::format("{:.4f}", a.efficiency), fmt::format("{:.4f}", defaults.attention_efficiency), a.fit);
+        fmt::format("{:.4f}", a.efficiency), "measured table", a.fit);
   }
   if (profile.memory_bandwidth) {
     row("memory-bound bandwidth (GB/s)", fmt::format("{:.1f}", profile.memory_bandwidth->value / 1e9),
-        fmt::format("{:.1f}", cluster.gpu.hbm_bandwidth * defaults.memory_efficiency / 1e9), profile.memory_bandwidth->fit);
+        fmt::format("{:.1f}", model.CopyBandwidth() / 1e9), profile.memory_bandwidth->fit);
   }
   for (const CollectiveCalibration& c : profile.collectives) {
     const std::string name = fmt::format("{} x{} 1e{} B", traces::CollectiveTypeName(c.type), c.group_size, c.bytes_decade);

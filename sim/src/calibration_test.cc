@@ -55,16 +55,26 @@ Plan CalibrationPlan() {
 // What the measured cluster "really" does.
 class TrueCosts : public CostProvider {
  public:
-  TrueCosts(const traces::Schedule& schedule, const ClusterSpec& cluster)
-      : compute_(cluster.gpu, Config()), base_(schedule, cluster) {}
-  static ComputeModelConfig Config() {
-    ComputeModelConfig c = ComputeModelConfig::Default();
-    c.gemm_efficiency = {{0, kTrueGemmEfficiency}};
-    c.attention_efficiency = kTrueAttentionEfficiency;
-    c.memory_efficiency *= kMemoryBandwidthFactor;
-    return c;
+  TrueCosts(const traces::Schedule& schedule, const ClusterSpec& cluster) : compute_(cluster.gpu), base_(schedule, cluster) {}
+  // The calibration's own model form (calibration.h): GEMMs and attention at a fixed fraction
+  // of the datasheet peak against the memory roofline, never under the kernel floor;
+  // memory-bound kernels at the floor plus their bytes at a fixed bandwidth.
+  int64_t KernelNs(const traces::ComputeDesc& desc) const override {
+    const double floor = static_cast<double>(compute_.KernelFloorNs());
+    const double bytes = KernelBytes(desc);
+    if (const auto* fixed = std::get_if<traces::FixedDurationDesc>(&desc)) return fixed->duration_ns;
+    if (std::holds_alternative<traces::MemoryBoundDesc>(desc)) {
+      return static_cast<int64_t>(std::ceil(floor + bytes / TrueBandwidth(compute_) * 1e9));
+    }
+    const bool gemm = std::holds_alternative<traces::GemmDesc>(desc);
+    const traces::DType dtype =
+        gemm ? std::get<traces::GemmDesc>(desc).dtype : std::get<traces::AttentionDesc>(desc).dtype;
+    const double efficiency = gemm ? kTrueGemmEfficiency : kTrueAttentionEfficiency;
+    const double compute_ns = KernelFlops(desc) / (compute_.EffectivePeakFlops(dtype) * efficiency) * 1e9;
+    const double memory_ns = bytes / compute_.CopyBandwidth() * 1e9;
+    return std::max(static_cast<int64_t>(std::ceil(std::max(compute_ns, memory_ns))), compute_.KernelFloorNs());
   }
-  int64_t KernelNs(const traces::ComputeDesc& desc) const override { return compute_.KernelDurationNs(desc); }
+  static double TrueBandwidth(const ComputeModel& model) { return model.CopyBandwidth() * kMemoryBandwidthFactor; }
   int64_t MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const override { return base_.MemcpyNs(kind, bytes); }
   // The base model's (algorithm, protocol) choice with latency + 5 us and bandwidth x 0.7.
   CollectiveCost Collective(CollectiveType type, int64_t bytes, int32_t communicator) const override {
@@ -143,8 +153,7 @@ TEST(Calibration, RecoversTheConstantsTheMeasuredRunUsed) {
   ASSERT_FALSE(p.attention.empty());
   for (const AttentionCalibration& a : p.attention) ExpectWithin(a.efficiency, kTrueAttentionEfficiency, "attention");
   ASSERT_TRUE(p.memory_bandwidth.has_value());
-  const double true_bandwidth =
-      m.setup.cluster.gpu.hbm_bandwidth * ComputeModelConfig::Default().memory_efficiency * kMemoryBandwidthFactor;
+  const double true_bandwidth = TrueCosts::TrueBandwidth(ComputeModel(m.setup.cluster.gpu));
   ExpectWithin(p.memory_bandwidth->value, true_bandwidth, "memory bandwidth");
 
   // Collectives: every bucket's (alpha, beta) against the true ones of the ops it covers.

@@ -65,6 +65,20 @@ GpuSpec V100Sxm2_32Gb() {
   g.nvlink_bandwidth = 300 * kGiga / kDirectionsPerLink;
   g.pcie_bandwidth = PcieX16Bandwidth(kPcieGen3GigaTransfers);
   g.cuda_context_bytes = kContextBytes;
+  // Measured (single kernels):
+  // - fp16 GEMM 97.36 TFLOP/s at 8192^3 and fp32 GEMM 14.51 TFLOP/s (torch.mm, wall clock):
+  //   zzc0721/torch-performance-test-data issue #140, "Tesla V100-SXM2-16GB". That board has the
+  //   32 GB board's GV100 die, 80 SMs, clocks and 300 W limit; only the HBM capacity differs, which a
+  //   compute-bound GEMM does not touch. ESTIMATE for the 32 GB board on that ground.
+  // - copy 740.02 GiB/s = 794.6 GB/s read + write (CUDA memcpy, 1.4 GiB) on a Tesla
+  //   V100-SXM2-32GB: pc2/GPUInspector.jl docs/src/devices/v100_sxm2.md.
+  // - kernel floor: no V100 measurement found; 2 us ESTIMATE (the A100's measured 1.8 us, rounded
+  //   up for the older driver path).
+  g.measured.matmul_flops_16bit = 97.36 * kTera;
+  g.measured.matmul_m = g.measured.matmul_n = g.measured.matmul_k = 8192;
+  g.measured.matmul_flops_fp32 = 14.51 * kTera;
+  g.measured.copy_bandwidth = 740.02 * kGiB;
+  g.measured.kernel_floor_ns = 2000;
   return g;
 }
 
@@ -82,6 +96,23 @@ GpuSpec A100Sxm4Base() {
   g.nvlink_bandwidth = 600 * kGiga / kDirectionsPerLink;
   g.pcie_bandwidth = PcieX16Bandwidth(kPcieGen4GigaTransfers);
   g.cuda_context_bytes = kContextBytes;
+  // Measured on an A100-SXM4-80GB (the 40 GB board has the same GA108 die, 108 SMs, 1410 MHz boost
+  // and 400 W limit, so its GEMM rate and kernel floor are taken as the same: ESTIMATE there):
+  // - fp16 GEMM 253.7 TFLOP/s at 8192^3, cuBLASLt, random inputs, 10,000 warm-up and 1,000 timed
+  //   iterations (sustained clocks): Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md
+  //   (superbench cublaslt_gemm). The A100's bf16 and fp16 tensor rates are equal (datasheet).
+  //   Corroborated by Horace He (thonking.ai, "Strangely, Matrix Multiplications ... Run Faster
+  //   When Given Predictable Data": cuBLAS 8192^3 with randn inputs 257-258 TFLOP/s) and by the
+  //   best-shape MAMF 271.2 (stas00/ml-engineering compute/accelerator/README.md, mean of only 100
+  //   iterations). Zero-valued inputs reach ~295: the data moves the power draw, so the sustained
+  //   random-input figure is the one training sees.
+  // - fp32 GEMM 19.18 TFLOP/s (torch.mm): zzc0721/torch-performance-test-data database.md.
+  // - back-to-back empty kernels 1.806 us per kernel (eager):
+  //   openfabric-systems/simllm examples/a100_hardware_envelope_v1/RESULTS.md.
+  g.measured.matmul_flops_16bit = 253.7 * kTera;
+  g.measured.matmul_m = g.measured.matmul_n = g.measured.matmul_k = 8192;
+  g.measured.matmul_flops_fp32 = 19.18 * kTera;
+  g.measured.kernel_floor_ns = 1806;
   return g;
 }
 
@@ -91,6 +122,9 @@ GpuSpec A100Sxm4_40Gb() {
   g.name = "a100-sxm4-40gb";
   g.hbm_bytes = 40 * kGiB;
   g.hbm_bandwidth = 1555 * kGiga;
+  // Copy 1220.7 GiB/s = 1310.7 GB/s read + write (CUDA memcpy) on an A100-SXM4-40GB (DGX A100):
+  // pc2/GPUInspector.jl docs/src/devices/a100_sxm2.md.
+  g.measured.copy_bandwidth = 1220.7 * kGiB;
   return g;
 }
 
@@ -100,6 +134,9 @@ GpuSpec A100Sxm4_80Gb() {
   g.name = "a100-sxm4-80gb";
   g.hbm_bytes = 80 * kGiB;
   g.hbm_bandwidth = 2039 * kGiga;
+  // Copy 1672.4 GB/s read + write at 4 GiB, clocks logged: openfabric-systems/simllm
+  // examples/a100_hardware_envelope_v1/RESULTS.md (BabelStream Copy on Azure ND A100 v4: 1.61 TB/s).
+  g.measured.copy_bandwidth = 1672.4 * kGiga;
   return g;
 }
 
@@ -119,6 +156,8 @@ GpuSpec HopperSxmBase() {
   g.nvlink_bandwidth = 900 * kGiga / kDirectionsPerLink;
   g.pcie_bandwidth = PcieX16Bandwidth(kPcieGen5GigaTransfers);
   g.cuda_context_bytes = kContextBytes;
+  // No Hopper kernel-floor measurement found: 2 us ESTIMATE (as V100).
+  g.measured.kernel_floor_ns = 2000;
   return g;
 }
 
@@ -128,6 +167,18 @@ GpuSpec H100Sxm5_80Gb() {
   g.name = "h100-sxm5-80gb";
   g.hbm_bytes = 80 * kGiB;
   g.hbm_bandwidth = 3350 * kGiga;
+  // Measured on H100 SXM5 80GB:
+  // - bf16 GEMM 794.5 TFLOP/s at 2048 x 2048 x 13312 (MAMF, torch 2.7.0+cu126, mean of 100 timed
+  //   iterations): stas00/ml-engineering compute/accelerator/README.md. torch.mm at 8192^2 on
+  //   "NVIDIA H100 80GB HBM3": 797.5 (zzc0721/torch-performance-test-data issue #79).
+  // - fp32 GEMM 51.88 TFLOP/s: the same issue #79.
+  // - BabelStream Copy 2.90 TB/s (read + write): Azure/AI-benchmarking-guide, ND H100 v5 results.
+  g.measured.matmul_flops_16bit = 794.5 * kTera;
+  g.measured.matmul_m = 2048;
+  g.measured.matmul_n = 2048;
+  g.measured.matmul_k = 13312;
+  g.measured.matmul_flops_fp32 = 51.88 * kTera;
+  g.measured.copy_bandwidth = 2.90 * kTera;
   return g;
 }
 
@@ -137,6 +188,17 @@ GpuSpec H200Sxm_141Gb() {
   g.name = "h200-sxm-141gb";
   g.hbm_bytes = 141 * kGiB;
   g.hbm_bandwidth = 4800 * kGiga;
+  // Measured on H200:
+  // - bf16 GEMM 790.29 and fp32 51.34 TFLOP/s (torch.mm, best of square sizes 1024-10240; the
+  //   source states neither the form factor nor which size was best: we take 8192^3, where the H100
+  //   rows of the same table peak; ESTIMATE of the shape): zzc0721/torch-performance-test-data
+  //   database.md, "NVIDIA H200".
+  // - BabelStream Copy 4.01 TB/s (read + write), H200 141GB SXM: Azure/AI-benchmarking-guide
+  //   Azure_Results/ND_H200_v5_results.md.
+  g.measured.matmul_flops_16bit = 790.29 * kTera;
+  g.measured.matmul_m = g.measured.matmul_n = g.measured.matmul_k = 8192;
+  g.measured.matmul_flops_fp32 = 51.34 * kTera;
+  g.measured.copy_bandwidth = 4.01 * kTera;
   return g;
 }
 

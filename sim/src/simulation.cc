@@ -24,6 +24,11 @@ namespace {
 
 using traces::Schedule;
 
+// Bounds on a hand-written schedule's measured GPU figures: far above any real GPU, so the
+// GEMM model's integer tile arithmetic cannot overflow.
+constexpr int64_t kMaxKernelFloorNs = 1'000'000'000;  // 1 s
+constexpr int64_t kMaxMeasuredDim = int64_t{1} << 24;
+
 std::string Num(double value) { return fmt::format("{:.17g}", value); }
 
 // Typed access to string metadata with errors that name the key.
@@ -124,6 +129,13 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["gpu.nvlink_bandwidth"] = Num(g.nvlink_bandwidth);
   m["gpu.pcie_bandwidth"] = Num(g.pcie_bandwidth);
   m["gpu.cuda_context_bytes"] = std::to_string(g.cuda_context_bytes);
+  m["gpu.measured.matmul_flops_16bit"] = Num(g.measured.matmul_flops_16bit);
+  m["gpu.measured.matmul_m"] = std::to_string(g.measured.matmul_m);
+  m["gpu.measured.matmul_n"] = std::to_string(g.measured.matmul_n);
+  m["gpu.measured.matmul_k"] = std::to_string(g.measured.matmul_k);
+  m["gpu.measured.matmul_flops_fp32"] = Num(g.measured.matmul_flops_fp32);
+  m["gpu.measured.copy_bandwidth"] = Num(g.measured.copy_bandwidth);
+  m["gpu.measured.kernel_floor_ns"] = std::to_string(g.measured.kernel_floor_ns);
   m["contention.compute_slowdown"] = Num(plan.contention.compute_slowdown);
   m["contention.comm_slowdown"] = Num(plan.contention.comm_slowdown);
   m["host.launch_overhead_ns"] = std::to_string(plan.host.launch_overhead_ns);
@@ -199,6 +211,23 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.nvlink_bandwidth", g.nvlink_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.pcie_bandwidth", g.pcie_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.cuda_context_bytes", g.cuda_context_bytes));
+  GpuMeasuredFigures& measured = g.measured;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.measured.matmul_flops_16bit", measured.matmul_flops_16bit));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.measured.matmul_m", measured.matmul_m));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.measured.matmul_n", measured.matmul_n));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.measured.matmul_k", measured.matmul_k));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.measured.matmul_flops_fp32", measured.matmul_flops_fp32));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.measured.copy_bandwidth", measured.copy_bandwidth));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.measured.kernel_floor_ns", measured.kernel_floor_ns));
+  if (measured.matmul_flops_16bit < 0 || measured.matmul_flops_fp32 < 0 || measured.copy_bandwidth < 0 ||
+      measured.kernel_floor_ns < 0 || measured.kernel_floor_ns > kMaxKernelFloorNs || measured.matmul_m < 0 ||
+      measured.matmul_n < 0 || measured.matmul_k < 0 || measured.matmul_m > kMaxMeasuredDim ||
+      measured.matmul_n > kMaxMeasuredDim || measured.matmul_k > kMaxMeasuredDim) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata/gpu.measured.*: figures must be >= 0 (a kernel floor at most {} ns, GEMM dimensions at most "
+        "{})",
+        label, kMaxKernelFloorNs, kMaxMeasuredDim));
+  }
   if (fabric < 0 || fabric > static_cast<int32_t>(IntraNodeFabric::kPcie)) {
     return Status::InvalidInput(fmt::format("{}: /metadata/cluster.fabric: expected 0..2, got {}", label, fabric));
   }

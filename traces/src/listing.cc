@@ -21,9 +21,11 @@ std::string Compute(const ComputeDesc& compute) {
                        gemm->batch != 1 ? fmt::format(" batch={}", gemm->batch) : "", DTypeName(gemm->dtype));
   }
   if (const auto* attn = std::get_if<AttentionDesc>(&compute)) {
-    return fmt::format("attention{} b={} heads={}/{} s={}x{} d={}{} {}", attn->backward ? " backward" : "",
+    return fmt::format("attention{} b={} heads={}/{} s={}x{} d={}{} {}{}", attn->backward ? " backward" : "",
                        attn->batch, attn->heads, attn->kv_heads, attn->seq_q, attn->seq_kv, attn->head_dim,
-                       attn->causal ? " causal" : "", DTypeName(attn->dtype));
+                       attn->causal ? " causal" : "", DTypeName(attn->dtype),
+                       attn->impl == AttentionImpl::kFlash2 ? std::string()
+                                                            : fmt::format(" {}", AttentionImplName(attn->impl)));
   }
   if (const auto* mem = std::get_if<MemoryBoundDesc>(&compute)) {
     return fmt::format("memory read {} write {}", Bytes(mem->bytes_read), Bytes(mem->bytes_written));

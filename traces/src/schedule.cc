@@ -55,6 +55,21 @@ std::optional<DType> ParseDType(std::string_view name) {
   return std::nullopt;
 }
 
+namespace {
+constexpr std::string_view kAttentionImplNames[] = {"flash2", "flash3", "cudnn", "mem_efficient"};
+}  // namespace
+
+std::string_view AttentionImplName(AttentionImpl impl) {
+  return kAttentionImplNames[static_cast<size_t>(impl)];
+}
+
+std::optional<AttentionImpl> ParseAttentionImpl(std::string_view name) {
+  for (size_t i = 0; i < std::size(kAttentionImplNames); ++i) {
+    if (kAttentionImplNames[i] == name) return static_cast<AttentionImpl>(i);
+  }
+  return std::nullopt;
+}
+
 std::string_view TorchScalarTypeName(DType dtype) {
   // c10/core/ScalarType.h: the names of ScalarType's members.
   switch (dtype) {

@@ -319,7 +319,7 @@ StatusOr<ComputeDesc> ScheduleReader::ParseCompute(const Json& op, const std::st
   if (present[0] == "attention") {
     SHARDSCOPE_RETURN_IF_ERROR(CheckKeys(desc, desc_path, "attention",
                                          {"batch", "heads", "kv_heads", "seq_q", "seq_kv",
-                                          "head_dim", "causal", "backward", "dtype"}));
+                                          "head_dim", "causal", "backward", "dtype", "impl"}));
     AttentionDesc attention;
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.batch, IntField(desc, desc_path, "batch"));
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.heads, IntField(desc, desc_path, "heads"));
@@ -333,6 +333,15 @@ StatusOr<ComputeDesc> ScheduleReader::ParseCompute(const Json& op, const std::st
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.backward,
                                 BoolFieldOr(desc, desc_path, "backward", false));
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.dtype, DTypeFieldOr(desc, desc_path));
+    if (const Json* impl = Find(desc, "impl")) {
+      const std::optional<AttentionImpl> parsed =
+          impl->is_string() ? ParseAttentionImpl(impl->get<std::string>()) : std::nullopt;
+      if (!parsed) {
+        return Fail(desc_path + "/impl",
+                    "expected one of \"flash2\", \"flash3\", \"cudnn\", \"mem_efficient\"");
+      }
+      attention.impl = *parsed;
+    }
     return ComputeDesc(attention);
   }
   if (present[0] == "memory") {
@@ -1202,10 +1211,13 @@ class ScheduleWriter {
       fmt::format_to(Out(),
                      ", \"attention\": {{\"batch\": {}, \"heads\": {}, \"kv_heads\": {}, "
                      "\"seq_q\": {}, \"seq_kv\": {}, \"head_dim\": {}, \"causal\": {}, "
-                     "\"backward\": {}, \"dtype\": \"{}\"}}",
+                     "\"backward\": {}, \"dtype\": \"{}\"{}}}",
                      attention->batch, attention->heads, attention->kv_heads, attention->seq_q,
                      attention->seq_kv, attention->head_dim, attention->causal, attention->backward,
-                     DTypeName(attention->dtype));
+                     DTypeName(attention->dtype),
+                     attention->impl == AttentionImpl::kFlash2
+                         ? std::string()
+                         : fmt::format(", \"impl\": \"{}\"", AttentionImplName(attention->impl)));
     } else if (const auto* memory = std::get_if<MemoryBoundDesc>(&compute)) {
       fmt::format_to(Out(), ", \"memory\": {{\"bytes_read\": {}, \"bytes_written\": {}}}",
                      memory->bytes_read, memory->bytes_written);

@@ -19,6 +19,26 @@ namespace shardscope::sim {
 enum class GpuArch : uint8_t { kVolta, kAmpere, kHopper };
 std::string_view GpuArchName(GpuArch arch);
 
+// What the GPU achieves, as opposed to its datasheet: single-kernel measurements taken on that
+// GPU, each cited beside its preset in hardware.cc. The compute model (compute_model.h) reads
+// them; a field left 0 falls back as its comment says.
+struct GpuMeasuredFigures {
+  // Sustained dense bf16/fp16 tensor-core GEMM throughput (FLOP/s, random inputs), and the
+  // shape (m, n, k) it was measured on: the GEMM model normalizes its per-SM rate so that this
+  // very shape takes the measured time.
+  double matmul_flops_16bit = 0;
+  int64_t matmul_m = 0, matmul_n = 0, matmul_k = 0;
+  // CUDA-core fp32 GEMM throughput; 0 = the datasheet fp32 peak x the 16-bit GEMM's fraction of
+  // its datasheet peak (an estimate).
+  double matmul_flops_fp32 = 0;
+  // Device-to-device copy bandwidth, bytes read + written per second: what elementwise and
+  // reduction kernels stream at. 0 = the datasheet HBM bandwidth.
+  double copy_bandwidth = 0;
+  // Back-to-back period of an empty kernel on one stream (launch-to-retire on the device):
+  // the fixed cost every kernel pays.
+  int64_t kernel_floor_ns = 0;
+};
+
 struct GpuSpec {
   std::string name;                        // preset name, e.g. "h100-sxm5-80gb"
   GpuArch arch = GpuArch::kHopper;
@@ -33,6 +53,7 @@ struct GpuSpec {
   double nvlink_bandwidth = 0;             // bytes/s per direction per GPU
   double pcie_bandwidth = 0;               // bytes/s per direction (H2D / D2H copies)
   int64_t cuda_context_bytes = 0;          // device memory taken by the CUDA context + NCCL
+  GpuMeasuredFigures measured;
 };
 
 // Peak dense FLOP/s for GEMMs in `dtype` (fp32 GEMMs use the fp32 rate; tf32 the tf32 rate;

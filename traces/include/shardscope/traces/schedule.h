@@ -49,6 +49,18 @@ struct GemmDesc {
   bool operator==(const GemmDesc&) const = default;
 };
 
+// The fused attention kernel family that runs (what PyTorch's scaled_dot_product_attention
+// dispatches to, or a library called directly). The unfused "math" path is not one kernel: a
+// schedule spells it out as GEMMs and memory-bound kernels.
+enum class AttentionImpl : uint8_t {
+  kFlash2,        // FlashAttention-2 (PyTorch's FLASH_ATTENTION backend since 2.2; sm80+)
+  kFlash3,        // FlashAttention-3 (Hopper only)
+  kCudnn,         // cuDNN fused flash attention (PyTorch's CUDNN_ATTENTION backend)
+  kMemEfficient,  // xFormers' CUTLASS kernel (PyTorch's EFFICIENT_ATTENTION backend; sm50+)
+};
+std::string_view AttentionImplName(AttentionImpl impl);  // "flash2", "flash3", "cudnn", "mem_efficient"
+std::optional<AttentionImpl> ParseAttentionImpl(std::string_view name);
+
 // Scaled dot-product attention (flash-attention style: no materialized score matrix).
 // kv_heads < heads is grouped-query attention. backward = the gradient kernel.
 struct AttentionDesc {
@@ -56,6 +68,7 @@ struct AttentionDesc {
   bool causal = true;
   bool backward = false;
   DType dtype = DType::kBFloat16;
+  AttentionImpl impl = AttentionImpl::kFlash2;
   bool operator==(const AttentionDesc&) const = default;
 };
 
