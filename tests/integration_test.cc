@@ -70,7 +70,7 @@ std::map<traces::CollectiveType, int64_t> CollectiveBytes(const Schedule& schedu
 int64_t PaddedParams(const Plan& plan, bool blocks_only, const std::string& module = "") {
   const int64_t w = plan.cluster.world_size();
   int64_t total = 0;
-  for (const sim::ModuleKernels& m : sim::DecomposeModel(plan.model, {plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype})) {
+  for (const sim::ModuleKernels& m : sim::DecomposeModel(plan.model, sim::WorkloadOf(plan))) {
     if (blocks_only && m.name.rfind("layers.", 0) != 0) continue;
     if (!module.empty() && m.name != module) continue;
     for (const sim::ParamTensor& p : m.params) total += (p.numel + w - 1) / w * w;

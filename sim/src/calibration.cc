@@ -701,7 +701,9 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
       const double c = sxy / sxx;
       std::vector<std::pair<double, double>> pm;
       for (const Overlapped& p : points) pm.emplace_back(p.free + c * p.over, p.work);
-      return FittedValue{1 / c - 1, RelativeQuality(pm)};
+      // c > 1: the overlapped kernels ran faster than the fitted clean model says (its per-bucket
+      // efficiencies average over shapes): no slowdown is measurable, which is 0, not negative.
+      return FittedValue{std::max(0.0, 1 / c - 1), RelativeQuality(pm)};
     };
     std::vector<Overlapped> compute_points;
     for (const KernelPoint& k : kernels) {

@@ -60,13 +60,16 @@ StatusOr<LoweredPrograms> LowerPrograms(const Plan& plan) {
   // (torchao.float8 Float8Linear casts inputs and weights per GEMM).
   const traces::DType activations =
       plan.training.dtype == traces::DType::kFloat8E4M3 ? traces::DType::kBFloat16 : plan.training.dtype;
-  LoweringContext ctx{plan, {}, plan.cluster.world_size(), activations};
-  Workload workload{plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype};
-  workload.expert_load = plan.moe.rank_load;
+  LoweringContext ctx{plan, {}, plan.cluster.world_size(), activations, nullptr};
+  const Workload workload = WorkloadOf(plan);
   SHARDSCOPE_RETURN_IF_ERROR(ValidateModel(plan.model).WithContext(plan.source));
   SHARDSCOPE_RETURN_IF_ERROR(ValidateWorkload(plan.model, workload).WithContext(plan.source));
   ctx.modules = DecomposeModel(plan.model, workload);
   if (ctx.modules.empty()) return Status::InvalidInput(plan.source + ": the model has no modules");
+  std::vector<ActivationMode> modes;
+  modes.reserve(ctx.modules.size());
+  for (const ModuleKernels& module : ctx.modules) modes.push_back(ActivationModeOf(ctx, module));
+  ctx.activations = std::make_shared<const ActivationPlan>(ActivationPlan::Build(ctx.modules, modes));
 
   StatusOr<LoweredPrograms> lowered = Status::InvalidInput("unknown strategy");
   switch (plan.strategy) {

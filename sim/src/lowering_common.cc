@@ -68,7 +68,8 @@ bool Checkpointed(const LoweringContext& ctx, const ModuleKernels& module) {
   if (!IsBlock(module)) return false;
   switch (ctx.plan.training.activation_checkpointing) {
     case ActivationCheckpointing::kNone: return false;
-    case ActivationCheckpointing::kFull: return true;
+    case ActivationCheckpointing::kFull:
+    case ActivationCheckpointing::kSelectiveOp: return true;
     case ActivationCheckpointing::kSelective: {
       // torchtitan apply_ac (torchtitan/models/llama3/infra/parallelize.py,
       // _apply_ac_to_transformer_block): layer SAC counts blocks from 1 and wraps a block in
@@ -80,11 +81,11 @@ bool Checkpointed(const LoweringContext& ctx, const ModuleKernels& module) {
   return false;
 }
 
-int64_t SavedBytes(const LoweringContext& ctx, const ModuleKernels& module) {
-  if (!Checkpointed(ctx, module)) return module.saved_bytes();
-  // A checkpointed block keeps only its input: tokens x hidden in the activation dtype.
-  return ctx.plan.training.micro_batch_size * ctx.plan.training.seq_len * ctx.plan.model.hidden *
-         DTypeSize(ctx.compute_dtype);
+ActivationMode ActivationModeOf(const LoweringContext& ctx, const ModuleKernels& module) {
+  if (!Checkpointed(ctx, module)) return ActivationMode::kKeep;
+  return ctx.plan.training.activation_checkpointing == ActivationCheckpointing::kSelectiveOp
+             ? ActivationMode::kOpSelective
+             : ActivationMode::kFullRecompute;
 }
 
 namespace {
@@ -130,33 +131,88 @@ void EmitAllToAll(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamI
 bool IsLossKernel(const ModuleKernel& kernel) { return kernel.name.rfind("loss.", 0) == 0; }
 
 namespace {
+
 bool InPart(const ModuleKernel& kernel, KernelPart part) {
   return part == KernelPart::kAll || (part == KernelPart::kLoss) == IsLossKernel(kernel);
 }
+
+size_t ModuleIndex(const LoweringContext& ctx, const ModuleKernels& module) {
+  return static_cast<size_t>(&module - ctx.modules.data());
+}
+
+// One planned kernel: the host time of its issuer, its outputs allocated, the launch, the
+// tensors whose last use it was freed.
+void EmitPlanned(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                 const ModuleKernel& kernel, const PlannedKernel& planned) {
+  const HostConfig& host = ctx.plan.host;
+  b.HostWork(kernel.dispatch == KernelDispatch::kPython ? "python op" : "aten op",
+             kernel.dispatch == KernelDispatch::kPython ? host.python_op_overhead_ns : host.cpp_op_overhead_ns);
+  for (const auto& [tensor, bytes] : planned.allocs) b.Allocate(tensor, bytes, stream);
+  b.Kernel(stream, kernel.name, kernel.compute);
+  for (const std::string& tensor : planned.frees) b.Free(tensor);
+}
+
+void EmitForwardPlanned(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                        const ModuleKernels& module, const PlannedKernel& planned) {
+  const ModuleKernel& kernel = module.forward[static_cast<size_t>(planned.index)];
+  const bool ep = ExpertParallel(ctx, module);
+  if (ep && kernel.name == "moe.unpermute") EmitAllToAll(ctx, b, stream, "MoE::combine", false);
+  EmitPlanned(ctx, b, stream, kernel, planned);
+  if (ep && kernel.name == "moe.permute") EmitAllToAll(ctx, b, stream, "MoE::dispatch", true);
+}
+
+void EmitBackwardPlanned(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                         const ModuleKernels& module, const PlannedKernel& planned) {
+  // Autograd runs the all-to-alls' backward: the combine's gradient goes back to the expert
+  // ranks after unpermute's backward, the dispatch's after the experts' backward.
+  const ModuleKernel& kernel = module.backward[static_cast<size_t>(planned.index)];
+  const bool ep = ExpertParallel(ctx, module);
+  if (ep && kernel.name == "moe.permute.bwd") EmitAllToAll(ctx, b, stream, "MoE::dispatch.bwd", false);
+  EmitPlanned(ctx, b, stream, kernel, planned);
+  if (ep && kernel.name == "moe.unpermute.bwd") EmitAllToAll(ctx, b, stream, "MoE::combine.bwd", false);
+}
+
 }  // namespace
 
 void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
                         const ModuleKernels& module, KernelPart part) {
-  const bool ep = ExpertParallel(ctx, module);
-  for (const ModuleKernel& kernel : module.forward) {
-    if (!InPart(kernel, part)) continue;
-    if (ep && kernel.name == "moe.unpermute") EmitAllToAll(ctx, b, stream, "MoE::combine", false);
-    b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
-    b.Kernel(stream, kernel.name, kernel.compute);
-    if (ep && kernel.name == "moe.permute") EmitAllToAll(ctx, b, stream, "MoE::dispatch", true);
+  for (const PlannedKernel& planned : ctx.activations->Of(ModuleIndex(ctx, module)).forward) {
+    if (InPart(module.forward[static_cast<size_t>(planned.index)], part)) EmitForwardPlanned(ctx, b, stream, module, planned);
+  }
+}
+
+void EmitForwardRange(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                      const ModuleKernels& module, size_t begin, size_t end) {
+  for (const PlannedKernel& planned : ctx.activations->Of(ModuleIndex(ctx, module)).forward) {
+    const auto k = static_cast<size_t>(planned.index);
+    if (k >= begin && k < end) EmitForwardPlanned(ctx, b, stream, module, planned);
+  }
+}
+
+void EmitRecompute(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                   const ModuleKernels& module, size_t begin, size_t end) {
+  for (const PlannedKernel& planned : ctx.activations->Of(ModuleIndex(ctx, module)).recompute) {
+    const auto k = static_cast<size_t>(planned.index);
+    if (k >= begin && k < end) EmitForwardPlanned(ctx, b, stream, module, planned);
   }
 }
 
 void EmitBackwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                         const ModuleKernels& module, bool recompute, KernelPart part) {
-  if (recompute) {
-    b.Allocate("recomputed." + module.name, module.saved_bytes(), stream);
-    EmitForwardKernels(ctx, b, stream, module);
+                         const ModuleKernels& module, KernelPart part) {
+  if (part != KernelPart::kLoss) EmitRecompute(ctx, b, stream, module);
+  for (const PlannedKernel& planned : ctx.activations->Of(ModuleIndex(ctx, module)).backward) {
+    if (InPart(module.backward[static_cast<size_t>(planned.index)], part)) {
+      EmitBackwardPlanned(ctx, b, stream, module, planned);
+    }
   }
-  for (const ModuleKernel& kernel : module.backward) {
-    if (InPart(kernel, part)) EmitBackwardKernel(ctx, b, stream, module, kernel);
+}
+
+void EmitBackwardRange(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                       const ModuleKernels& module, size_t begin, size_t end) {
+  for (const PlannedKernel& planned : ctx.activations->Of(ModuleIndex(ctx, module)).backward) {
+    const auto k = static_cast<size_t>(planned.index);
+    if (k >= begin && k < end) EmitBackwardPlanned(ctx, b, stream, module, planned);
   }
-  if (recompute) b.Free("recomputed." + module.name);
 }
 
 std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module) {
@@ -168,6 +224,7 @@ std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module) {
   size_t next = module.params.size();  // params are consumed from the back
   for (size_t k = 0; k < module.backward.size(); ++k) {
     const ModuleKernel& kernel = module.backward[k];
+    if (!kernel.weight_grad) continue;
     if (ends_with(kernel.name, ".wgrad") && !ends_with(kernel.name, ".rem.wgrad")) {
       const auto* gemm = std::get_if<traces::GemmDesc>(&kernel.compute);
       if (gemm == nullptr) continue;
@@ -178,7 +235,7 @@ std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module) {
         consumed += module.params[next].numel;
         ready[k].push_back(next);
       }
-    } else if (ends_with(kernel.name, "norm.bwd")) {
+    } else if (kernel.name.find("norm") != std::string::npos) {
       while (next > 0 && !module.params[next - 1].matmul && !IsExpertParam(module.params[next - 1]) &&
              module.params[next - 1].name.find("norm") != std::string::npos) {
         --next;
@@ -197,17 +254,7 @@ void EmitLossForward(const LoweringContext& ctx, ProgramBuilder& b, traces::Stre
 
 void EmitLossBackward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream) {
   b.SetModule(ctx.modules.back().name);
-  EmitBackwardKernels(ctx, b, stream, ctx.modules.back(), /*recompute=*/false, KernelPart::kLoss);
-}
-
-void EmitBackwardKernel(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                        const ModuleKernels& module, const ModuleKernel& kernel) {
-  // Autograd runs the all-to-alls' backward: the combine's gradient goes back to the expert
-  // ranks after unpermute's backward, the dispatch's after the experts' backward.
-  const bool ep = ExpertParallel(ctx, module);
-  if (ep && kernel.name == "moe.permute.bwd") EmitAllToAll(ctx, b, stream, "MoE::dispatch.bwd", false);
-  b.Kernel(stream, kernel.name, kernel.compute);
-  if (ep && kernel.name == "moe.unpermute.bwd") EmitAllToAll(ctx, b, stream, "MoE::combine.bwd", false);
+  EmitBackwardKernels(ctx, b, stream, ctx.modules.back(), KernelPart::kLoss);
 }
 
 void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel) {

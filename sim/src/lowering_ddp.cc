@@ -101,7 +101,6 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
         b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
         b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
       }
-      b.Allocate("activations." + module.name, SavedBytes(ctx, module), compute);
       EmitForwardKernels(ctx, b, compute, module);
     }
     for (const ModuleKernels& module : ctx.modules) {  // autocast exits: only saved copies live on
@@ -128,10 +127,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       }
       // The GEMMs produce bf16 weight gradients; the cast's backward turns them into fp32.
       if (cast_bytes(module) > 0) b.Allocate("grad_lowp." + module.name, cast_bytes(module), compute);
-      if (recompute) {
-        b.Allocate("recomputed." + module.name, module.saved_bytes(), compute);
-        EmitForwardKernels(ctx, b, compute, module);
-      }
+      EmitRecompute(ctx, b, compute, module);
       // Reducer::autograd_hook runs per parameter, from AccumulateGrad's post-hook, as soon as
       // that parameter's gradient is complete (reducer.cpp mark_variable_ready): the gradient
       // is copied into its bucket (gradient_as_bucket_view=False) and every bucket now
@@ -141,7 +137,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       for (size_t k = 0; k < module.backward.size(); ++k) {
         const ModuleKernel& kernel = module.backward[k];
         if (IsLossKernel(kernel)) continue;
-        EmitBackwardKernel(ctx, b, compute, module, kernel);
+        EmitBackwardRange(ctx, b, compute, module, k, k + 1);
         if (ready_after[k].empty()) continue;
         int64_t numel = 0, cast = 0;
         for (size_t p : ready_after[k]) {
@@ -167,13 +163,11 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
           ++next_bucket;
         }
       }
-      if (recompute) b.Free("recomputed." + module.name);
       if (cast_bytes(module) > 0) {
         b.Free("grad_lowp." + module.name);
         b.Free("weight_cast." + module.name);
       }
       if (mb > 0) b.Free(grad);
-      b.Free("activations." + module.name);
     }
     // Reducer::finalize_backward: for each bucket in order, wait for its all-reduce
     // (future_work->wait() makes the current stream wait), then copy the averaged bucket

@@ -41,7 +41,7 @@ Plan DdpPlan(bool no_sync) {
 int64_t Psi(const Plan& plan) {
   int64_t total = 0;
   for (const ModuleKernels& m :
-       DecomposeModel(plan.model, {plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype})) {
+       DecomposeModel(plan.model, WorkloadOf(plan))) {
     total += m.param_numel();
   }
   return total;

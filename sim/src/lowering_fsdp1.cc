@@ -504,7 +504,6 @@ void Fsdp1Lowering::Forward() {
       // the flat fp32 gradient buffer when there is none.
       if (FairscaleFp32Accumulation() && cfg_.optimize_backward_concat) AllocateFp32Grads(unit);
     }
-    b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
     EmitForwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
     if (units_[unit].modules.back() == m) {
       // _post_forward -> _post_forward_reshard: free for FULL_SHARD / HYBRID_SHARD, never
@@ -573,8 +572,7 @@ void Fsdp1Lowering::Backward(bool sync) {
         }
       }
     }
-    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module), KernelPart::kModel);
-    b_.Free("activations." + module.name);
+    EmitBackwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
     if (FairscaleFp32Accumulation()) {
       // FlattenParamsWrapper._grad_accumulation_hook runs per parameter as autograd produces
       // its low-precision gradient: the gradient is added into fp32 storage and dropped, so

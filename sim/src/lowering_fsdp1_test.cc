@@ -75,7 +75,7 @@ struct UnitNumels {
 
 UnitNumels Units(const Plan& plan) {
   UnitNumels units;
-  for (const ModuleKernels& m : DecomposeModel(plan.model, Workload{1, plan.training.seq_len, plan.training.dtype})) {
+  for (const ModuleKernels& m : DecomposeModel(plan.model, WorkloadOf(plan))) {
     if (m.name.rfind("layers.", 0) == 0) {
       units.blocks.push_back(m.param_numel());
     } else {

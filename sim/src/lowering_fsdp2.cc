@@ -572,7 +572,6 @@ void Fsdp2Lowering::Forward() {
     // unshard, before the block's kernels (in the model the experts' hook fires inside the
     // block, after attention; the copy-out is what the expert GEMMs wait for).
     for (size_t experts : experts_of_module_[m]) PreForward(experts);
-    b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
     EmitForwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
     for (size_t experts : experts_of_module_[m]) {
       b_.HostWork("FSDP::post_forward", ctx_.plan.host.hook_overhead_ns);
@@ -796,8 +795,7 @@ void Fsdp2Lowering::Backward(int32_t micro_batch) {
     for (size_t experts : experts_of_module_[m]) {
       for (const auto& [grad, numel] : units_[experts].grads) b_.Allocate(grad, numel * ParamBytes(), compute_);
     }
-    EmitBackwardKernels(ctx_, b_, compute_, module, Checkpointed(ctx_, module), KernelPart::kModel);
-    b_.Free("activations." + module.name);
+    EmitBackwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
     // The experts' post-backward (their input gradient is ready before attention's
     // backward), then the unit's once its first module is done.
     for (size_t experts : experts_of_module_[m]) PostBackward(experts, micro_batch);

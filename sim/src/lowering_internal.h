@@ -9,9 +9,11 @@
 #define SHARDSCOPE_SIM_LOWERING_INTERNAL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "activation_plan.h"
 #include "program_builder.h"
 #include "shardscope/sim/model.h"
 #include "shardscope/sim/plan.h"
@@ -27,6 +29,8 @@ struct LoweringContext {
   std::vector<ModuleKernels> modules;  // forward order: embed, layers.0 .. layers.{L-1}, head
   int32_t world_size = 1;
   traces::DType compute_dtype = traces::DType::kBFloat16;  // activations and GEMM inputs
+  // Where each activation is allocated and freed (one micro-batch; the emitters below).
+  std::shared_ptr<const ActivationPlan> activations;
 };
 
 // Communicator slots. A program names the groups it uses; LowerPlan binds each rank's slot
@@ -70,11 +74,10 @@ int64_t DenseNumel(const ModuleKernels& module);
 int64_t LocalExpertNumel(const LoweringContext& ctx, const ModuleKernels& module);
 
 // Whether the module's forward runs under torch.utils.checkpoint (full: every block;
-// selective: every selective_ac_every-th block, torchtitan's layer SAC).
+// selective: every selective_ac_every-th block, torchtitan's layer SAC; selective_op: every
+// block, with torchtitan's op-level policy).
 bool Checkpointed(const LoweringContext& ctx, const ModuleKernels& module);
-// Bytes a module keeps alive from its forward to its backward (a checkpointed block keeps
-// only its input).
-int64_t SavedBytes(const LoweringContext& ctx, const ModuleKernels& module);
+ActivationMode ActivationModeOf(const LoweringContext& ctx, const ModuleKernels& module);
 
 // The loss (the logits' upcast and the cross-entropy, kernels named "loss.*") is computed
 // outside the model's forward: torchtitan's train.py forward_backward_step runs
@@ -88,31 +91,35 @@ bool IsLossKernel(const ModuleKernel& kernel);
 void EmitLossForward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream);
 void EmitLossBackward(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream);
 
-// Forward kernels of one module on `stream`, each preceded by the Python + dispatcher time
-// eager mode spends issuing it; with expert parallelism, the token dispatch and combine
-// all-to-alls on the kCommExpert slot around the expert GEMMs.
+// Forward kernels of one module on `stream` (those of `part`, or forward[begin, end)), each
+// with the host time its issuer spends (a Python op, or an ATen op from C++) and the
+// allocations and frees of ActivationPlan around it; with expert parallelism, the token
+// dispatch and combine all-to-alls on the kCommExpert slot around the expert GEMMs.
 void EmitForwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
                         const ModuleKernels& module, KernelPart part = KernelPart::kAll);
-// Backward kernels (from the C++ autograd engine: no Python time per kernel). With
-// `recompute` the forward runs again first, re-creating the saved activations
-// ("recomputed.<module>") for the duration of the backward; MoE all-to-alls as in forward.
+void EmitForwardRange(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                      const ModuleKernels& module, size_t begin, size_t end);
+// A checkpointed module's recompute of forward[begin, end) (nothing for other modules): the
+// forward kernels again (op-level selective checkpointing skips the ops whose outputs it kept).
+void EmitRecompute(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                   const ModuleKernels& module, size_t begin = 0, size_t end = SIZE_MAX);
+// Backward kernels (from the C++ autograd engine), after the recompute when checkpointed (the
+// loss part never is); MoE all-to-alls as in forward.
 void EmitBackwardKernels(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                         const ModuleKernels& module, bool recompute, KernelPart part = KernelPart::kAll);
+                         const ModuleKernels& module, KernelPart part = KernelPart::kAll);
+// backward[begin, end) only (no recompute), for strategies that interleave hooks.
+void EmitBackwardRange(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                       const ModuleKernels& module, size_t begin, size_t end);
 
 // Which parameters' gradients are complete after each backward kernel of `module`:
 // result[k] lists indices into module.params whose gradient the k-th backward kernel
 // finishes (autograd's AccumulateGrad runs right after the kernel producing the gradient;
-// DDP's and ZeRO's per-parameter hooks fire there). Matched from the kernel shapes: a
-// "*.wgrad" GEMM completes the linear parameters (weights and biases, walking the parameter
-// list backwards) whose weight elements make up its m x n x batch output; a "*norm.bwd"
-// kernel the norm's parameters. Anything not matched (embeddings, tied weights) completes
-// with the module's last backward kernel.
+// DDP's and ZeRO's per-parameter hooks fire there). Matched from the kernels that write
+// weight gradients (ModuleKernel::weight_grad): a "*.wgrad" GEMM completes the linear
+// parameters (weights and biases, walking the parameter list backwards) whose weight elements
+// make up its m x n x batch output; a norm's weight reduction the norm's parameters. Anything
+// not matched (embeddings, tied weights) completes with the module's last backward kernel.
 std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module);
-
-// One backward kernel of `module` (with the MoE all-to-all that follows or precedes it), for
-// strategies that interleave per-parameter hooks with the kernels. No recompute.
-void EmitBackwardKernel(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
-                        const ModuleKernels& module, const ModuleKernel& kernel);
 
 // ---- Optimizer step ------------------------------------------------------------------------
 

@@ -64,15 +64,12 @@ std::vector<LeafModule> LeafModulesOf(const ModuleKernels& module) {
   return leaves;
 }
 
-// The backward kernels of the leaf that is `first`-th of `count` in forward order: the
-// backward runs in reverse, so the r-th leaf from the end takes the r-th share.
-ModuleKernels BackwardShare(const ModuleKernels& module, size_t first, size_t count) {
-  ModuleKernels slice = module;
+// The backward kernels [begin, end) of the leaf that is `first`-th of `count` in forward
+// order: the backward runs in reverse, so the r-th leaf from the end takes the r-th share.
+std::pair<size_t, size_t> BackwardShare(const ModuleKernels& module, size_t first, size_t count) {
   const size_t k = module.backward.size();
   const size_t r = count - 1 - first;
-  slice.backward.assign(module.backward.begin() + static_cast<std::ptrdiff_t>(r * k / count),
-                        module.backward.begin() + static_cast<std::ptrdiff_t>((r + 1) * k / count));
-  return slice;
+  return {r * k / count, (r + 1) * k / count};
 }
 
 // get_grad_norm_direct over the rank's gradient tensors (no CPU offload):
@@ -251,7 +248,6 @@ traces::Program Zero12Lowering::Lower() {
     b_.SetPhase(Phase::kForward);
     for (const ModuleKernels& module : ctx_.modules) {
       b_.SetModule(module.name);
-      b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
       EmitForwardKernels(ctx_, b_, compute_, module);
     }
 
@@ -265,13 +261,9 @@ traces::Program Zero12Lowering::Lower() {
       const ModuleKernels& module = ctx_.modules[m];
       param_base -= module.params.size();
       b_.SetModule(module.name);
-      const bool recompute = Checkpointed(ctx_, module);
-      if (recompute) {
-        b_.Allocate("recomputed." + module.name, module.saved_bytes(), compute_);
-        EmitForwardKernels(ctx_, b_, compute_, module);
-      }
+      EmitRecompute(ctx_, b_, compute_, module);
       const std::vector<LeafModule>& leaves = leaves_of[m];
-      if (leaves.empty()) EmitBackwardKernels(ctx_, b_, compute_, module, false);
+      if (leaves.empty()) EmitBackwardRange(ctx_, b_, compute_, module, 0, module.backward.size());
       // create_gradient_handling_hooks -> register_grad_hook: one hook per parameter, run by
       // autograd as soon as that parameter's gradient is accumulated — interleaved with the
       // module's backward kernels, leaf by leaf in reverse forward order.
@@ -283,7 +275,8 @@ traces::Program Zero12Lowering::Lower() {
         // epilogue dropped them).
         const bool accumulate = !stage2_ && mb > 0;
         b_.Allocate(accumulate ? "grad_tmp." + leaf.name : "grad." + leaf.name, grad_bytes, compute_);
-        EmitBackwardKernels(ctx_, b_, compute_, BackwardShare(module, l, leaves.size()), false);
+        const auto [begin, end] = BackwardShare(module, l, leaves.size());
+        EmitBackwardRange(ctx_, b_, compute_, module, begin, end);
         if (accumulate) {
           b_.MemoryKernel(compute_, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
           b_.Free("grad_tmp." + leaf.name);
@@ -299,8 +292,6 @@ traces::Program Zero12Lowering::Lower() {
         // the buffer's slice): the autograd tensor is dropped.
         if (reduce_in_hooks) b_.Free("grad." + leaf.name);
       }
-      if (recompute) b_.Free("recomputed." + module.name);
-      b_.Free("activations." + module.name);
     }
     b_.SetModule("");
     if (boundary && !stage2_ && !zero.overlap_comm) {
@@ -510,7 +501,7 @@ class Zero3Lowering {
   void FetchSubModule(size_t sub);
   void ReleaseSubModule(size_t sub);
   void ReleaseAll();
-  void ForwardSlice(size_t sub);
+  void ForwardSlice(size_t sub, bool recompute = false);
   void BackwardSlice(size_t sub);
   void ReduceIndependent(size_t sub, int32_t micro_batch);
   void ReduceAndPartitionIpgGrads(int32_t micro_batch);
@@ -825,14 +816,17 @@ void Zero3Lowering::ReleaseAll() {
   n_available_ = 0;
 }
 
-void Zero3Lowering::ForwardSlice(size_t s) {
+// The submodule's share of its module's forward kernels (or of their recompute).
+void Zero3Lowering::ForwardSlice(size_t s, bool recompute) {
   const Zero3Submodule& sub = subs_[s];
   const ModuleKernels& module = ctx_.modules[sub.module];
-  ModuleKernels slice = module;
   const size_t k = module.forward.size();
-  slice.forward.assign(module.forward.begin() + static_cast<std::ptrdiff_t>(sub.first * k / sub.count),
-                       module.forward.begin() + static_cast<std::ptrdiff_t>((sub.first + 1) * k / sub.count));
-  EmitForwardKernels(ctx_, b_, compute_, slice);
+  const size_t begin = sub.first * k / sub.count, end = (sub.first + 1) * k / sub.count;
+  if (recompute) {
+    EmitRecompute(ctx_, b_, compute_, module, begin, end);
+  } else {
+    EmitForwardRange(ctx_, b_, compute_, module, begin, end);
+  }
 }
 
 // The backward kernels run in reverse forward order; the submodule that is r-th from the end
@@ -840,12 +834,9 @@ void Zero3Lowering::ForwardSlice(size_t s) {
 void Zero3Lowering::BackwardSlice(size_t s) {
   const Zero3Submodule& sub = subs_[s];
   const ModuleKernels& module = ctx_.modules[sub.module];
-  ModuleKernels slice = module;
   const size_t k = module.backward.size();
   const size_t r = sub.count - 1 - sub.first;
-  slice.backward.assign(module.backward.begin() + static_cast<std::ptrdiff_t>(r * k / sub.count),
-                        module.backward.begin() + static_cast<std::ptrdiff_t>((r + 1) * k / sub.count));
-  EmitBackwardKernels(ctx_, b_, compute_, slice, /*recompute=*/false);
+  EmitBackwardRange(ctx_, b_, compute_, module, r * k / sub.count, (r + 1) * k / sub.count);
 }
 
 // stage3.py reduce_independent_p_g_buckets_and_remove_grads (per parameter, from the
@@ -995,7 +986,6 @@ traces::Program Zero3Lowering::Lower() {
     for (size_t m = 0; m < ctx_.modules.size(); ++m) {
       const ModuleKernels& module = ctx_.modules[m];
       b_.SetModule(module.name);
-      b_.Allocate("activations." + module.name, SavedBytes(ctx_, module), compute_);
       if (subs_of_module_[m].empty()) EmitForwardKernels(ctx_, b_, compute_, module);
       for (size_t s : subs_of_module_[m]) {
         // parameter_offload.py _pre_forward_module_hook -> pre_sub_module_forward_function:
@@ -1014,20 +1004,18 @@ traces::Program Zero3Lowering::Lower() {
       const size_t m = ctx_.modules.size() - 1 - step;
       const ModuleKernels& module = ctx_.modules[m];
       b_.SetModule(module.name);
-      const bool recompute = Checkpointed(ctx_, module);
-      if (recompute) {
+      if (Checkpointed(ctx_, module)) {
         // torch.utils.checkpoint reruns the block's forward inside backward: its forward
         // hooks fetch (and release) the submodules again.
-        b_.Allocate("recomputed." + module.name, module.saved_bytes(), compute_);
         for (size_t s : subs_of_module_[m]) {
           b_.HostWork("ZeRO::pre_forward_hook", hook_ns);
           FetchSubModule(s);
-          ForwardSlice(s);
+          ForwardSlice(s, /*recompute=*/true);
           b_.HostWork("ZeRO::post_forward_hook", hook_ns);
           ReleaseSubModule(s);
         }
       }
-      if (subs_of_module_[m].empty()) EmitBackwardKernels(ctx_, b_, compute_, module, false);
+      if (subs_of_module_[m].empty()) EmitBackwardKernels(ctx_, b_, compute_, module);
       for (auto it = subs_of_module_[m].rbegin(); it != subs_of_module_[m].rend(); ++it) {
         const size_t s = *it;
         // _pre_backward_module_hook -> pre_sub_module_backward_function: fetch_sub_module;
@@ -1041,8 +1029,6 @@ traces::Program Zero3Lowering::Lower() {
         b_.HostWork("ZeRO::post_backward_hook", hook_ns);
         ReleaseSubModule(s);
       }
-      if (recompute) b_.Free("recomputed." + module.name);
-      b_.Free("activations." + module.name);
     }
     // independent_gradient_partition_epilogue: reduce the rest, then
     // reduce_and_partition_stream.synchronize() (the host waits for every reduction).

@@ -49,7 +49,7 @@ Plan ToyPlan(Strategy strategy, int32_t grad_accum = 1) {
 std::vector<ParamTensor> Params(const Plan& plan) {
   std::vector<ParamTensor> params;
   for (const ModuleKernels& m :
-       DecomposeModel(plan.model, {plan.training.micro_batch_size, plan.training.seq_len, plan.training.dtype})) {
+       DecomposeModel(plan.model, WorkloadOf(plan))) {
     params.insert(params.end(), m.params.begin(), m.params.end());
   }
   return params;

@@ -33,8 +33,8 @@ constexpr CategoryRule kCategoryRules[] = {
     {"exp_avg_sq.", true, MemoryCategory::kOptimizerStates},
     {"exp_avg", false, MemoryCategory::kOptimizerStates},
     {"exp_avg_sq", false, MemoryCategory::kOptimizerStates},
-    {"activations.", true, MemoryCategory::kActivations},
-    {"recomputed.", true, MemoryCategory::kActivations},
+    // Activations and their gradients, and the kernels' workspaces (ActivationPlan's names).
+    {"act.", true, MemoryCategory::kActivations},
     {"all_gather_output.", true, MemoryCategory::kCommunicationBuffers},
     {"cast.", true, MemoryCategory::kCommunicationBuffers},
     {"reduce_scatter_input.", true, MemoryCategory::kCommunicationBuffers},

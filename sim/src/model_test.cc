@@ -308,7 +308,15 @@ TEST(ModelFlopsTest, MoeDecompositionMatchesActiveFlops) {
 
 // ---- Decomposition
 
-TEST(ModelDecomposeTest, LlamaLayerKernelOrder) {
+std::vector<std::string> TensorNames(const ModuleKernels& module, const std::vector<int32_t>& ids) {
+  std::vector<std::string> names;
+  for (int32_t t : ids) names.push_back(module.tensors[static_cast<size_t>(t)].name);
+  return names;
+}
+
+TEST(ModelDecomposeTest, TorchtitanLlamaBlockIsTheEagerOpList) {
+  // torchtitan's Attention / FeedForward / TransformerBlock with nn.RMSNorm on PyTorch 2.9+
+  // (one fused kernel), RoPE through complex64, wq/wk/wv apart, enable_gqa (no repeat_kv).
   Workload w;
   w.micro_batch = 2;
   w.seq_len = 4096;
@@ -321,28 +329,29 @@ TEST(ModelDecomposeTest, LlamaLayerKernelOrder) {
 
   const ModuleKernels& layer = modules[1];
   EXPECT_EQ(Names(layer.forward),
-            (std::vector<std::string>{"attn.norm", "attn.qkv_proj", "attn.rope", "attn.core",
-                                      "attn.out_proj", "attn.residual_add", "mlp.norm",
-                                      "mlp.gate_up_proj", "mlp.act", "mlp.down_proj",
-                                      "mlp.residual_add"}));
+            (std::vector<std::string>{"attn.norm", "attn.wq", "attn.wk", "attn.wv", "attn.rope_q.to_fp32",
+                                      "attn.rope_q.mul", "attn.rope_q.type_as", "attn.rope_k.to_fp32",
+                                      "attn.rope_k.mul", "attn.rope_k.type_as", "attn.sdpa", "attn.wo",
+                                      "attn.residual_add", "mlp.norm", "mlp.w1", "mlp.silu", "mlp.w3",
+                                      "mlp.mul", "mlp.w2", "mlp.residual_add"}));
+  // The backward in autograd's order: the MLP's ops reversed, wq/wk/wv's dgrads added into one
+  // gradient of the norm's output (two additions), the residual's gradient added to each norm's.
   EXPECT_EQ(Names(layer.backward),
             (std::vector<std::string>{
-                "mlp.down_proj.dgrad", "mlp.down_proj.wgrad", "mlp.act.bwd",
-                "mlp.gate_up_proj.dgrad", "mlp.gate_up_proj.wgrad", "mlp.norm.bwd",
-                "mlp.residual_add.bwd", "attn.out_proj.dgrad", "attn.out_proj.wgrad",
-                "attn.core.bwd", "attn.rope.bwd", "attn.qkv_proj.dgrad",
-                "attn.qkv_proj.wgrad", "attn.norm.bwd", "attn.residual_add.bwd"}));
-
+                "mlp.w2.dgrad", "mlp.w2.wgrad", "mlp.mul.bwd_a", "mlp.mul.bwd_b", "mlp.w3.dgrad", "mlp.w3.wgrad",
+                "mlp.silu.bwd", "mlp.w1.dgrad", "mlp.norm.out.grad_accumulate", "mlp.w1.wgrad",
+                "mlp.norm.bwd_input", "attn.residual_add.out.grad_accumulate", "mlp.norm.bwd", "attn.wo.dgrad",
+                "attn.wo.wgrad", "attn.sdpa.bwd", "attn.sdpa.bwd_sum_dk", "attn.sdpa.bwd_sum_dv",
+                "attn.rope_k.type_as.bwd", "attn.rope_k.mul.bwd_conj", "attn.rope_k.mul.bwd",
+                "attn.rope_k.to_fp32.bwd", "attn.rope_q.type_as.bwd", "attn.rope_q.mul.bwd_conj",
+                "attn.rope_q.mul.bwd", "attn.rope_q.to_fp32.bwd", "attn.wv.dgrad", "attn.wv.wgrad",
+                "attn.wk.dgrad", "attn.norm.out.grad_accumulate", "attn.wk.wgrad", "attn.wq.dgrad",
+                "attn.norm.out.grad_accumulate", "attn.wq.wgrad", "attn.norm.bwd_input", "input.grad_accumulate",
+                "attn.norm.bwd"}));
   const int64_t T = 8192;
-  const auto& qkv = std::get<GemmDesc>(FindKernel(layer.forward, "attn.qkv_proj")->compute);
-  EXPECT_EQ(qkv.m, T);
-  EXPECT_EQ(qkv.n, (32 + 2 * 8) * 128);
-  EXPECT_EQ(qkv.k, 4096);
-  const auto& gate_up =
-      std::get<GemmDesc>(FindKernel(layer.forward, "mlp.gate_up_proj")->compute);
-  EXPECT_EQ(gate_up.n, 2 * 14336);
-  const auto& attention =
-      std::get<AttentionDesc>(FindKernel(layer.forward, "attn.core")->compute);
+  const auto& wk = std::get<GemmDesc>(FindKernel(layer.forward, "attn.wk")->compute);
+  EXPECT_EQ(std::vector<int64_t>({wk.m, wk.n, wk.k}), std::vector<int64_t>({T, 8 * 128, 4096}));
+  const auto& attention = std::get<AttentionDesc>(FindKernel(layer.forward, "attn.sdpa")->compute);
   EXPECT_EQ(attention.batch, 2);
   EXPECT_EQ(attention.heads, 32);
   EXPECT_EQ(attention.kv_heads, 8);
@@ -350,44 +359,77 @@ TEST(ModelDecomposeTest, LlamaLayerKernelOrder) {
   EXPECT_EQ(attention.head_dim, 128);
   EXPECT_TRUE(attention.causal);
   EXPECT_FALSE(attention.backward);
-  EXPECT_TRUE(
-      std::get<AttentionDesc>(FindKernel(layer.backward, "attn.core.bwd")->compute).backward);
+  EXPECT_TRUE(std::get<AttentionDesc>(FindKernel(layer.backward, "attn.sdpa.bwd")->compute).backward);
+  // RoPE: xq.float() writes 4 bytes per element of q, the complex multiply reads it and the
+  // seq x 64 complex64 table, type_as writes it back in bf16.
+  const auto& mul = std::get<traces::MemoryBoundDesc>(FindKernel(layer.forward, "attn.rope_q.mul")->compute);
+  EXPECT_EQ(mul.bytes_read, T * 4096 * 4 + 4096 * 64 * 8);
+  EXPECT_EQ(mul.bytes_written, T * 4096 * 4);
+  // Forward ops come from Python, backward ones from the autograd engine.
+  for (const ModuleKernel& k : layer.forward) EXPECT_EQ(k.dispatch, KernelDispatch::kPython) << k.name;
+  for (const ModuleKernel& k : layer.backward) EXPECT_EQ(k.dispatch, KernelDispatch::kCpp) << k.name;
 
   EXPECT_EQ(Names(modules.back().forward),
-            (std::vector<std::string>{"final_norm", "output_proj", "loss.upcast",
-                                      "loss.cross_entropy"}));
+            (std::vector<std::string>{"final_norm", "output", "loss.upcast", "loss.log_softmax", "loss.nll"}));
   EXPECT_EQ(std::get<GemmDesc>(modules.back().forward[1].compute).n, 128256);
   EXPECT_EQ(Names(modules.front().forward), (std::vector<std::string>{"embed.lookup"}));
 }
 
-TEST(ModelDecomposeTest, EveryGemmHasDgradAndWgrad) {
+TEST(ModelDecomposeTest, EveryLinearHasDgradAndWgrad) {
   for (const std::string& name : ModelPresetNames()) {
     Workload w;
     w.seq_len = 512;
+    for (bool eager : {false, true}) {
+      w.kernels.eager_attention = eager;
+      for (const ModuleKernels& module : DecomposeModel(Preset(name), w)) {
+        int forward_gemms = 0, backward_gemms = 0;
+        for (const ModuleKernel& k : module.backward) backward_gemms += std::holds_alternative<GemmDesc>(k.compute) ? 1 : 0;
+        for (const ModuleKernel& k : module.forward) {
+          const auto* fwd = std::get_if<GemmDesc>(&k.compute);
+          if (fwd == nullptr) continue;
+          ++forward_gemms;
+          if (k.name == "attn.scores" || k.name == "attn.context") continue;  // the unfused attention's bmm
+          const ModuleKernel* dgrad = FindKernel(module.backward, k.name + ".dgrad");
+          const ModuleKernel* wgrad = FindKernel(module.backward, k.name + ".wgrad");
+          ASSERT_NE(dgrad, nullptr) << name << " " << k.name;
+          ASSERT_NE(wgrad, nullptr) << name << " " << k.name;
+          EXPECT_TRUE(wgrad->weight_grad);
+          const auto& d = std::get<GemmDesc>(dgrad->compute);
+          const auto& g = std::get<GemmDesc>(wgrad->compute);
+          // dgrad: m = T, n = k_in, k = n_out. wgrad: m = k_in, n = n_out, k = T.
+          EXPECT_EQ(std::vector<int64_t>({d.m, d.n, d.k, d.batch}), std::vector<int64_t>({fwd->m, fwd->k, fwd->n, fwd->batch}));
+          EXPECT_EQ(std::vector<int64_t>({g.m, g.n, g.k, g.batch}), std::vector<int64_t>({fwd->k, fwd->n, fwd->m, fwd->batch}));
+        }
+        EXPECT_EQ(backward_gemms, 2 * forward_gemms) << name << " " << module.name;
+      }
+    }
+  }
+}
+
+TEST(ModelDecomposeTest, EveryTensorIsWrittenBeforeItIsReadAndEveryGradientReachesTheInput) {
+  for (const std::string& name : ModelPresetNames()) {
+    Workload w;
+    w.seq_len = 256;
+    w.kernels.repeat_kv = true;
     for (const ModuleKernels& module : DecomposeModel(Preset(name), w)) {
-      int forward_gemms = 0, backward_gemms = 0;
-      for (const ModuleKernel& k : module.backward) {
-        backward_gemms += std::holds_alternative<GemmDesc>(k.compute) ? 1 : 0;
-        EXPECT_EQ(k.saved_bytes, 0) << name << " " << k.name;
+      std::vector<bool> written(module.tensors.size(), false);
+      const auto base = [&](int32_t t) {
+        while (module.tensors[static_cast<size_t>(t)].view_of >= 0) t = module.tensors[static_cast<size_t>(t)].view_of;
+        return static_cast<size_t>(t);
+      };
+      written[static_cast<size_t>(module.input)] = true;  // the previous module's output
+      written[static_cast<size_t>(module.output_grad)] = true;
+      for (const auto* kernels : {&module.forward, &module.backward}) {
+        for (const ModuleKernel& k : *kernels) {
+          for (int32_t t : k.reads) {
+            EXPECT_TRUE(written[base(t)] || module.tensors[base(t)].external)
+                << name << " " << module.name << ": " << k.name << " reads " << module.tensors[base(t)].name;
+          }
+          for (int32_t t : k.writes) written[base(t)] = true;
+        }
       }
-      for (const ModuleKernel& k : module.forward) {
-        EXPECT_GE(k.saved_bytes, 0);
-        const auto* fwd = std::get_if<GemmDesc>(&k.compute);
-        if (fwd == nullptr) continue;
-        ++forward_gemms;
-        const ModuleKernel* dgrad = FindKernel(module.backward, k.name + ".dgrad");
-        const ModuleKernel* wgrad = FindKernel(module.backward, k.name + ".wgrad");
-        ASSERT_NE(dgrad, nullptr) << name << " " << k.name;
-        ASSERT_NE(wgrad, nullptr) << name << " " << k.name;
-        const auto& d = std::get<GemmDesc>(dgrad->compute);
-        const auto& g = std::get<GemmDesc>(wgrad->compute);
-        // dgrad: m = T, n = k_in, k = n_out. wgrad: m = k_in, n = n_out, k = T.
-        EXPECT_EQ(std::vector<int64_t>({d.m, d.n, d.k, d.batch}),
-                  std::vector<int64_t>({fwd->m, fwd->k, fwd->n, fwd->batch}));
-        EXPECT_EQ(std::vector<int64_t>({g.m, g.n, g.k, g.batch}),
-                  std::vector<int64_t>({fwd->k, fwd->n, fwd->m, fwd->batch}));
-      }
-      EXPECT_EQ(backward_gemms, 2 * forward_gemms) << name << " " << module.name;
+      // Blocks and the head hand a gradient back; the embedding's input is the token ids.
+      EXPECT_EQ(module.input_grad >= 0, module.name != "embed") << name << " " << module.name;
     }
   }
 }
@@ -395,7 +437,8 @@ TEST(ModelDecomposeTest, EveryGemmHasDgradAndWgrad) {
 TEST(ModelDecomposeTest, Gpt3LayerSavedBytesMatchKorthikanti) {
   // Korthikanti et al.: 34sbh + 5as^2b per layer. Flash attention drops 5as^2b, no dropout
   // drops the two sbh masks; what is left is 32sbh, plus the LayerNorm statistics
-  // (2 norms x mean, rstd in fp32 = 16sb) and the attention log-sum-exp (4asb).
+  // (2 norms x mean, rstd in fp32 = 16sb) and the attention log-sum-exp (4asb). One fused QKV
+  // GEMM: its output is q, k and v.
   const double s = 2048, b = 4, h = 12288, a = 96;
   Workload w;
   w.micro_batch = 4;
@@ -406,20 +449,84 @@ TEST(ModelDecomposeTest, Gpt3LayerSavedBytesMatchKorthikanti) {
 }
 
 TEST(ModelDecomposeTest, LlamaLayerSavedBytesClosedForm) {
-  // Per token, bf16: two norm inputs (2h), QKV input (h), q k v (hq + 2hkv), attention output
-  // (hq), MLP input (h), SwiGLU gate and up (2f), down-projection input (f); plus fp32 RMSNorm
-  // rstd (2 x 4 bytes) and the log-sum-exp (4 bytes x heads).
+  // Per token, bf16, fused RMSNorm and enable_gqa: the block input and the attention norm's
+  // output (2h), q and the attention output (2hq), k and v (2hkv), the residual sum and the MLP
+  // norm's output (2h), w1 x, silu(w1 x), w3 x and their product (4f); fp32 rstd (2 x 4 bytes)
+  // and log-sum-exp (4 bytes x heads).
   const double T = 8192, h = 4096, hq = 4096, hkv = 1024, f = 14336, a = 32;
   Workload w;
   w.seq_len = 8192;
   const std::vector<ModuleKernels> modules = DecomposeModel(Preset("llama3-8b"), w);
   EXPECT_EQ(static_cast<double>(FindModule(modules, "layers.0").saved_bytes()),
-            T * (2 * (4 * h + 2 * hq + 2 * hkv + 3 * f) + 2 * 4 + 4 * a));
-  // The head keeps the final-norm input, the output projection's input and the fp32
-  // log-probabilities (4 T V) with the targets.
+            T * (2 * (4 * h + 2 * hq + 2 * hkv + 4 * f) + 2 * 4 + 4 * a));
+  // repeat_kv: K and V are saved at every query head.
+  w.kernels.repeat_kv = true;
+  EXPECT_EQ(static_cast<double>(FindModule(DecomposeModel(Preset("llama3-8b"), w), "layers.0").saved_bytes()),
+            T * (2 * (4 * h + 4 * hq + 4 * f) + 2 * 4 + 4 * a));
+  // The composite nn.RMSNorm (PyTorch 2.4-2.8) keeps, per norm, the fp32 upcast input, the fp32
+  // rsqrt and the fp32 normalized value instead of the input and rstd: 8h + 4 bytes per token
+  // in place of 2h + 4.
+  w.kernels.repeat_kv = false;
+  w.kernels.rms_norm = RmsNormKernel::kComposite;
+  EXPECT_EQ(static_cast<double>(FindModule(DecomposeModel(Preset("llama3-8b"), w), "layers.0").saved_bytes()),
+            T * (2 * (4 * h + 2 * hq + 2 * hkv + 4 * f) + 2 * 4 + 4 * a) + 2 * T * (8 * h - 2 * h));
+  // transformers' Python RMSNorm casts before the weight: the normalized value is kept in bf16.
+  w.kernels.rms_norm = RmsNormKernel::kPython;
+  EXPECT_EQ(static_cast<double>(FindModule(DecomposeModel(Preset("llama3-8b"), w), "layers.0").saved_bytes()),
+            T * (2 * (4 * h + 2 * hq + 2 * hkv + 4 * f) + 2 * 4 + 4 * a) + 2 * T * (6 * h - 2 * h));
+  // The head keeps the final norm's input and output and the fp32 log-probabilities (4 T V).
   const double V = 128256;
-  EXPECT_EQ(static_cast<double>(FindModule(modules, "head").saved_bytes()),
-            T * (2 * h + 4) + T * 2 * h + T * 4 * V + T * 8);
+  EXPECT_EQ(static_cast<double>(FindModule(modules, "head").saved_bytes()), T * (2 * h + 4) + T * 2 * h + T * 4 * V);
+}
+
+TEST(ModelDecomposeTest, TheLossHoldsTenBytesPerLogitAtItsForwardPeak) {
+  // bf16 logits (2TV), their fp32 copy (4TV) and the fp32 log-probabilities (4TV) are all live
+  // while log_softmax runs: the copy dies after it, the bf16 logits once the loss is computed.
+  Workload w;
+  w.seq_len = 1024;
+  const ModuleKernels head = DecomposeModel(Preset("llama3-8b"), w).back();
+  const int64_t TV = 1024 * int64_t{128256};
+  const ModuleKernel* log_softmax = FindKernel(head.forward, "loss.log_softmax");
+  ASSERT_NE(log_softmax, nullptr);
+  EXPECT_EQ(TensorNames(head, log_softmax->reads), std::vector<std::string>{"loss.upcast.out"});
+  EXPECT_EQ(TensorNames(head, log_softmax->writes), std::vector<std::string>{"loss.log_softmax"});
+  EXPECT_EQ(head.tensors[static_cast<size_t>(log_softmax->reads[0])].bytes, 4 * TV);
+  EXPECT_EQ(head.tensors[static_cast<size_t>(log_softmax->writes[0])].bytes, 4 * TV);
+  // Compiled, the loss materializes nothing fp32 of size T x V.
+  w.kernels.compile = true;
+  const ModuleKernels compiled = DecomposeModel(Preset("llama3-8b"), w).back();
+  for (const ActivationTensor& t : compiled.tensors) EXPECT_LT(t.bytes, 4 * TV) << t.name;
+}
+
+TEST(ModelDecomposeTest, EagerAttentionMaterializesTheScores) {
+  // transformers' 2021 RoBERTa self-attention: matmul, / sqrt(d), + mask, softmax, dropout,
+  // matmul, permute().contiguous(). Autograd keeps the softmax output, the dropout mask (1 byte)
+  // and the dropped probabilities: Korthikanti's 5 a s^2 b bytes.
+  Workload w;
+  w.micro_batch = 8;
+  w.seq_len = 512;
+  w.dtype = traces::DType::kFloat16;
+  w.kernels.eager_attention = true;
+  const std::vector<ModuleKernels> modules = DecomposeModel(Preset("roberta-10b"), w);
+  const ModuleKernels& layer = modules[1];
+  EXPECT_EQ(Names(layer.forward),
+            (std::vector<std::string>{"attn.wq", "attn.wk", "attn.wv", "attn.scores", "attn.scale", "attn.mask_add",
+                                      "attn.softmax", "attn.dropout", "attn.context", "attn.context_contiguous",
+                                      "attn.wo", "attn.out_dropout", "attn.residual_add", "attn.norm", "mlp.w1",
+                                      "mlp.gelu", "mlp.w2", "mlp.out_dropout", "mlp.residual_add", "mlp.norm"}));
+  // Korthikanti et al. (2022, Sec. 4.1) exactly: attention 11sbh + 5as^2b (x, q, k, v, the
+  // context, the output dropout's 1-byte mask; softmax output, 1-byte dropout mask, dropped
+  // probabilities), MLP 19sbh (the norm output, the GeLU input and output at 4h, the mask),
+  // the two LayerNorms' inputs 4sbh; plus their fp32 mean and rstd (2 x 8 bytes per token).
+  const double s = 512, b = 8, h = 5120, a = 40;
+  const double expected = 34 * s * b * h + 5 * a * s * s * b + 16 * s * b;
+  EXPECT_EQ(static_cast<double>(layer.saved_bytes()), expected);
+  EXPECT_FALSE(std::get<GemmDesc>(FindKernel(layer.forward, "attn.scores")->compute).batch != 8 * 40);
+  EXPECT_EQ(Names(modules.back().forward),
+            (std::vector<std::string>{"lm_head.dense", "lm_head.gelu", "lm_head.norm", "output", "loss.log_softmax",
+                                      "loss.nll"}));
+  EXPECT_EQ(Names(modules.front().forward),
+            (std::vector<std::string>{"embed.lookup", "embed.positions", "embed.norm", "embed.dropout"}));
 }
 
 TEST(ModelDecomposeTest, TiedHeadSharesTheEmbedding) {
@@ -428,47 +535,19 @@ TEST(ModelDecomposeTest, TiedHeadSharesTheEmbedding) {
   const std::vector<ModuleKernels> modules = DecomposeModel(Preset("gpt3-175b"), w);
   const ModuleKernels& head = modules.back();
   for (const ParamTensor& p : head.params) EXPECT_NE(p.name, "output.weight");
-  EXPECT_EQ(std::get<GemmDesc>(FindKernel(head.forward, "output_proj")->compute).n, 50257);
+  EXPECT_EQ(std::get<GemmDesc>(FindKernel(head.forward, "output")->compute).n, 50257);
   const ModuleKernels& embed = modules.front();
-  EXPECT_EQ(Names(embed.forward),
-            (std::vector<std::string>{"embed.lookup", "embed.positions"}));
+  EXPECT_EQ(Names(embed.forward), (std::vector<std::string>{"embed.lookup", "embed.positions"}));
   // The embedding's gradient is added to the head's, which autograd already put in .grad.
-  EXPECT_EQ(Names(embed.backward),
-            (std::vector<std::string>{"embed.positions.bwd", "embed.lookup.bwd",
-                                      "embed.tied_grad_accumulate"}));
-  // No RoPE with learned positions.
-  EXPECT_EQ(FindKernel(modules[1].forward, "attn.rope"), nullptr);
+  EXPECT_EQ(Names(embed.backward), (std::vector<std::string>{"embed.positions.bwd", "embed.lookup.bwd",
+                                                             "embed.lookup.tied_grad_accumulate"}));
+  // No RoPE with learned positions; one fused q/k/v GEMM.
+  EXPECT_EQ(FindKernel(modules[1].forward, "attn.rope_q.mul"), nullptr);
+  EXPECT_NE(FindKernel(modules[1].forward, "attn.wqkv"), nullptr);
   // MPT: ALiBi, so neither a position table nor RoPE.
   const std::vector<ModuleKernels> mpt = DecomposeModel(Preset("mpt-7b"), w);
   EXPECT_EQ(Names(mpt.front().forward), (std::vector<std::string>{"embed.lookup"}));
-  EXPECT_EQ(FindKernel(mpt[1].forward, "attn.rope"), nullptr);
-}
-
-TEST(ModelDecomposeTest, RobertaIsBidirectionalPostNorm) {
-  Workload w;
-  w.micro_batch = 8;
-  w.seq_len = 512;
-  const std::vector<ModuleKernels> modules = DecomposeModel(Preset("roberta-10b"), w);
-  const ModuleKernels& layer = modules[1];
-  EXPECT_EQ(Names(layer.forward),
-            (std::vector<std::string>{"attn.qkv_proj", "attn.core", "attn.out_proj",
-                                      "attn.residual_add", "attn.norm", "mlp.up_proj",
-                                      "mlp.act", "mlp.down_proj", "mlp.residual_add",
-                                      "mlp.norm"}));
-  // Post-LN: the skip gradient merges after the branch's first GEMM.
-  EXPECT_EQ(Names(layer.backward),
-            (std::vector<std::string>{
-                "mlp.norm.bwd", "mlp.down_proj.dgrad", "mlp.down_proj.wgrad", "mlp.act.bwd",
-                "mlp.up_proj.dgrad", "mlp.up_proj.wgrad", "mlp.residual_add.bwd",
-                "attn.norm.bwd", "attn.out_proj.dgrad", "attn.out_proj.wgrad",
-                "attn.core.bwd", "attn.qkv_proj.dgrad", "attn.qkv_proj.wgrad",
-                "attn.residual_add.bwd"}));
-  EXPECT_FALSE(std::get<AttentionDesc>(layer.forward[1].compute).causal);
-  EXPECT_EQ(Names(modules.back().forward),
-            (std::vector<std::string>{"lm_head.dense", "lm_head.act", "lm_head.norm",
-                                      "output_proj", "loss.upcast", "loss.cross_entropy"}));
-  EXPECT_EQ(Names(modules.front().forward),
-            (std::vector<std::string>{"embed.lookup", "embed.positions", "embed.norm"}));
+  EXPECT_EQ(FindKernel(mpt[1].forward, "attn.rope_q.mul"), nullptr);
 }
 
 TEST(ModelDecomposeTest, MoeRemainderTokensGoToASecondGroupedGemm) {
@@ -476,17 +555,8 @@ TEST(ModelDecomposeTest, MoeRemainderTokensGoToASecondGroupedGemm) {
   w.seq_len = 7;  // 14 routed tokens over 8 experts: 2 experts take 1, 6 take 2
   const std::vector<ModuleKernels> modules = DecomposeModel(Preset("mixtral-8x7b"), w);
   const ModuleKernels& layer = modules[1];
-  EXPECT_EQ(Names(layer.forward),
-            (std::vector<std::string>{
-                "attn.norm", "attn.qkv_proj", "attn.rope", "attn.core", "attn.out_proj",
-                "attn.residual_add", "mlp.norm", "moe.router", "moe.topk", "moe.permute",
-                "moe.experts.gate_up_proj", "moe.experts.gate_up_proj.rem", "moe.experts.act",
-                "moe.experts.down_proj", "moe.experts.down_proj.rem", "moe.unpermute",
-                "mlp.residual_add"}));
-  const auto& even =
-      std::get<GemmDesc>(FindKernel(layer.forward, "moe.experts.gate_up_proj")->compute);
-  const auto& rem =
-      std::get<GemmDesc>(FindKernel(layer.forward, "moe.experts.gate_up_proj.rem")->compute);
+  const auto& even = std::get<GemmDesc>(FindKernel(layer.forward, "moe.experts.w1")->compute);
+  const auto& rem = std::get<GemmDesc>(FindKernel(layer.forward, "moe.experts.w1.rem")->compute);
   EXPECT_EQ(even.batch, 2);
   EXPECT_EQ(even.m, 1);
   EXPECT_EQ(rem.batch, 6);
@@ -497,11 +567,10 @@ TEST(ModelDecomposeTest, MoeRemainderTokensGoToASecondGroupedGemm) {
   // Evenly divisible: one grouped GEMM over all experts.
   w.seq_len = 4096;
   const ModuleKernels even_layer = DecomposeModel(Preset("mixtral-8x7b"), w)[1];
-  const auto& grouped =
-      std::get<GemmDesc>(FindKernel(even_layer.forward, "moe.experts.gate_up_proj")->compute);
+  const auto& grouped = std::get<GemmDesc>(FindKernel(even_layer.forward, "moe.experts.w1")->compute);
   EXPECT_EQ(grouped.batch, 8);
   EXPECT_EQ(grouped.m, 4096 * 2 / 8);
-  EXPECT_EQ(FindKernel(even_layer.forward, "moe.experts.gate_up_proj.rem"), nullptr);
+  EXPECT_EQ(FindKernel(even_layer.forward, "moe.experts.w1.rem"), nullptr);
 }
 
 // ---- Validation

@@ -10,6 +10,8 @@
 // yaml-cpp exception leaves this file: ParsePlan catches them all.
 #include "shardscope/sim/plan.h"
 
+#include "shardscope/sim/compute_model.h"
+
 #include "shardscope/sim/calibration.h"
 #include "shardscope/sim/hang.h"  // CompressRanks
 
@@ -56,6 +58,12 @@ constexpr int64_t kDefaultLaunchOverheadNs = 2'700;
 // negligible there, so it is all dispatch. ngimel's reply there puts about half of it in
 // Python argument parsing.
 constexpr int64_t kDefaultPythonOpOverheadNs = 7'000;
+
+// Dispatcher time of one ATen op issued from C++ (the autograd engine's backward kernels, the
+// ops inside a composite ATen op), excluding the driver launch. Source: the same issue #41383,
+// ngimel: "Approx half of it is python parsing overhead (same operation called using c++ API
+// would take about a microsecond)".
+constexpr int64_t kDefaultCppOpOverheadNs = 1'000;
 
 // CPU time of one framework hook (FSDP2 pre-forward / post-forward / pre-backward /
 // post-backward, DDP's per-bucket work), excluding the ops the hook issues (those are charged
@@ -132,6 +140,10 @@ constexpr double kMaxSlowdown = 100;
 constexpr double kMaxHostOverheadUs = 1e6;  // one second
 constexpr double kMaxBucketCapMb = 1e6;
 constexpr double kMaxGradNorm = 1e6;
+constexpr double kMaxDropout = 1;
+// pytorch_version bounds: far beyond any release, so the comparisons below stay plain integers.
+constexpr int32_t kMaxPytorchMajor = 99;
+constexpr int32_t kMaxPytorchMinor = 999;
 // DeepSpeed bucket and threshold sizes, in elements: 2^50 keeps element x byte arithmetic
 // inside int64_t and every value exactly representable in the double a "5e8" is read as.
 constexpr int64_t kMaxZeroElements = int64_t{1} << 50;
@@ -167,21 +179,22 @@ constexpr std::array<std::string_view, 4> kAllocatorKeys = {
     "conf", "memory_fraction", "memory_reserved_by_others_gb",
     "memory_reserved_by_others_gb_per_rank"};
 constexpr double kMaxReservedByOthersGb = 1 << 20;
-constexpr std::array<std::string_view, 24> kModelKeys = {
+constexpr std::array<std::string_view, 26> kModelKeys = {
     "preset", "name", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "max_positions",
     "learned_positions", "tied_embeddings", "bias", "mlp", "norm", "attention", "experts",
     "experts_per_token",
     // Architecture details of ModelSpec beyond the dimensions (BERT/RoBERTa, MPT); without
     // them an override of such a preset could reach a state the file cannot repair.
     "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
-    "lm_head_transform"};
+    "lm_head_transform", "fused_qkv", "dropout"};
 constexpr std::array<std::string_view, 9> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
     "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration"};
 constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
-constexpr std::array<std::string_view, 7> kTrainingKeys = {
+constexpr std::array<std::string_view, 13> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",
-    "selective_ac_every", "dtype", "max_grad_norm"};
+    "selective_ac_every", "dtype", "max_grad_norm", "precision", "pytorch_version",
+    "implementation", "compile", "attention", "rms_norm"};
 constexpr std::array<std::string_view, 11> kFsdp2Keys = {
     "reshard_after_forward", "forward_prefetch", "backward_prefetch", "mixed_precision", "mesh",
     "requires_gradient_sync", "gradient_sync_every_k_blocks", "requires_all_reduce",
@@ -201,8 +214,8 @@ constexpr std::array<std::string_view, 2> kDdpKeys = {"bucket_cap_mb", "no_sync"
 constexpr std::array<std::string_view, 1> kMoeKeys = {"expert_parallel"};
 constexpr std::array<std::string_view, 2> kCheckpointKeys = {"consolidate_optimizer_state",
                                                              "no_broadcast_optim_state"};
-constexpr std::array<std::string_view, 6> kHostKeys = {
-    "launch_overhead_us", "hook_overhead_us", "python_op_overhead_us",
+constexpr std::array<std::string_view, 7> kHostKeys = {
+    "launch_overhead_us", "hook_overhead_us", "python_op_overhead_us", "cpp_op_overhead_us",
     "max_queued_launches_per_stream", "cuda_malloc_us", "cuda_free_us"};
 // clang-format on
 
@@ -240,10 +253,24 @@ constexpr std::array<StrategySection, 6> kStrategySections = {{{"fsdp2", Strateg
                                                                {"zero", Strategy::kZero2},
                                                                {"zero", Strategy::kZero3},
                                                                {"ddp", Strategy::kDdp}}};
-constexpr std::array<EnumName<ActivationCheckpointing>, 3> kCheckpointing = {
+constexpr std::array<EnumName<ActivationCheckpointing>, 4> kCheckpointing = {
     {{"none", ActivationCheckpointing::kNone},
      {"full", ActivationCheckpointing::kFull},
-     {"selective", ActivationCheckpointing::kSelective}}};
+     {"selective", ActivationCheckpointing::kSelective},
+     {"selective_op", ActivationCheckpointing::kSelectiveOp}}};
+constexpr std::array<EnumName<Precision>, 2> kPrecisions = {
+    {{"mixed", Precision::kMixed}, {"pure_bf16", Precision::kPureBf16}}};
+constexpr std::array<EnumName<ModelImplementation>, 2> kImplementations = {
+    {{"torchtitan", ModelImplementation::kTorchtitan}, {"huggingface", ModelImplementation::kHuggingFace}}};
+constexpr std::array<EnumName<AttentionChoice>, 6> kAttentionChoices = {
+    {{"sdpa", AttentionChoice::kSdpa},
+     {"flash2", AttentionChoice::kFlash2},
+     {"flash3", AttentionChoice::kFlash3},
+     {"cudnn", AttentionChoice::kCudnn},
+     {"mem_efficient", AttentionChoice::kMemEfficient},
+     {"eager", AttentionChoice::kEager}}};
+constexpr std::array<EnumName<RmsNormKernel>, 3> kRmsNormKernels = {
+    {{"fused", RmsNormKernel::kFused}, {"composite", RmsNormKernel::kComposite}, {"python", RmsNormKernel::kPython}}};
 // fp8 means the e4m3 format training recipes use for forward GEMMs.
 constexpr std::array<EnumName<traces::DType>, 4> kTrainingDTypes = {
     {{"bf16", traces::DType::kBFloat16},
@@ -535,7 +562,10 @@ class PlanParser {
   Status ReadCalibration(const Entry& entry, Plan* plan) const;
   // Also says whether the dtype was given, and where seq_len is (for later checks).
   Status ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
-                      bool* dtype_given, YAML::Mark* seq_len_mark, YAML::Mark* dtype_mark) const;
+                      bool* dtype_given, YAML::Mark* seq_len_mark, YAML::Mark* dtype_mark,
+                      YAML::Mark* kernels_mark) const;
+  // training.kernels from the PyTorch version, the framework code, the GPU and the knobs.
+  Status ResolveKernelChoices(const YAML::Mark& mark, Plan* plan) const;
   // Strategy sections read after model, cluster and training: their checks need the world
   // size, the layer and expert counts and the training dtype from `plan`.
   // `entry` null: the section is absent and only the defaults are resolved.
@@ -826,6 +856,11 @@ Status PlanParser::ReadModelFields(const Fields& fields, ModelSpec* model, bool*
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->post_norm));
     } else if (key == "lm_head_transform") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->lm_head_transform));
+    } else if (key == "fused_qkv") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(entry, path, &model->fused_qkv));
+    } else if (key == "dropout") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadNumber(entry, path, 0, false, kMaxDropout, &model->dropout));
+      if (!(model->dropout < 1)) return Error(entry, path, "a dropout probability in [0, 1)");
     }
   }
   return Status::Ok();
@@ -937,7 +972,7 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
 
 Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, TrainingConfig* out,
                                 bool* dtype_given, YAML::Mark* seq_len_mark,
-                                YAML::Mark* dtype_mark) const {
+                                YAML::Mark* dtype_mark, YAML::Mark* kernels_mark) const {
   SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields,
                               ReadMapping(entry.value, MarkOf(entry), "training", kTrainingKeys));
   if (const Entry* e = fields.Find("seq_len")) {
@@ -973,6 +1008,51 @@ Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, Training
     SHARDSCOPE_RETURN_IF_ERROR(
         ReadNumber(*e, "training.max_grad_norm", 0, false, kMaxGradNorm, &out->max_grad_norm));
   }
+  if (const Entry* e = fields.Find("precision")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.precision", kPrecisions, &out->precision));
+  }
+  if (const Entry* e = fields.Find("pytorch_version")) {
+    // The scalar's text as written: an unquoted 2.10 must not become the float 2.1.
+    const std::string expected = "a PyTorch release as \"major.minor\" (e.g. \"2.5\"), from 1.8";
+    if (!e->value.IsScalar()) return Error(*e, "training.pytorch_version", expected);
+    const std::string text = e->value.Scalar();
+    int32_t major = 0, minor = 0;
+    const char* begin = text.data();
+    const char* end = text.data() + text.size();
+    auto [p1, ec1] = std::from_chars(begin, end, major);
+    bool ok = ec1 == std::errc() && p1 < end && *p1 == '.';
+    if (ok) {
+      auto [p2, ec2] = std::from_chars(p1 + 1, end, minor);
+      // An optional patch release: "2.4.1".
+      int32_t patch = 0;
+      ok = ec2 == std::errc() &&
+           (p2 == end || (*p2 == '.' && std::from_chars(p2 + 1, end, patch).ptr == end && patch >= 0));
+    }
+    if (!ok || major < 1 || minor < 0 || major > kMaxPytorchMajor || minor > kMaxPytorchMinor ||
+        (major == 1 && minor < 8)) {
+      return Error(*e, "training.pytorch_version", expected);
+    }
+    out->pytorch_major = major;
+    out->pytorch_minor = minor;
+    *kernels_mark = MarkOf(*e);
+  }
+  if (const Entry* e = fields.Find("implementation")) {
+    ModelImplementation implementation = ModelImplementation::kTorchtitan;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.implementation", kImplementations, &implementation));
+    out->implementation = implementation;
+  }
+  if (const Entry* e = fields.Find("compile")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "training.compile", &out->compile));
+  }
+  if (const Entry* e = fields.Find("attention")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.attention", kAttentionChoices, &out->attention));
+    *kernels_mark = MarkOf(*e);
+  }
+  if (const Entry* e = fields.Find("rms_norm")) {
+    RmsNormKernel kernel = RmsNormKernel::kFused;
+    SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.rms_norm", kRmsNormKernels, &kernel));
+    out->rms_norm = kernel;
+  }
   if (const Entry* e = fields.Find("dtype")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*e, "training.dtype", kTrainingDTypes, &out->dtype));
     if (!DTypeSupported(gpu, out->dtype)) {
@@ -980,6 +1060,88 @@ Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, Training
     }
     *dtype_given = true;
     *dtype_mark = MarkOf(*e);
+  }
+  return Status::Ok();
+}
+
+// What PyTorch and the framework code launch for this job (model.h KernelChoices).
+Status PlanParser::ResolveKernelChoices(const YAML::Mark& mark, Plan* plan) const {
+  TrainingConfig& t = plan->training;
+  KernelChoices& k = t.kernels;
+  const auto at_least = [&t](int32_t major, int32_t minor) {
+    return t.pytorch_major > major || (t.pytorch_major == major && t.pytorch_minor >= minor);
+  };
+  const auto is = [&t](int32_t major, int32_t minor) { return t.pytorch_major == major && t.pytorch_minor == minor; };
+  // The framework whose model code runs: torchtitan drives FSDP2; DeepSpeed, FSDP1 and DDP jobs
+  // usually train transformers' models.
+  k.implementation = t.implementation.value_or(plan->strategy == Strategy::kFsdp2 ? ModelImplementation::kTorchtitan
+                                                                                : ModelImplementation::kHuggingFace);
+  k.compile = t.compile;
+  // RMSNorm: transformers' LlamaRMSNorm is Python; torchtitan uses nn.RMSNorm, whose ATen op is
+  // composite from PyTorch 2.4 (PR #121364) and dispatches to the fused CUDA kernel from 2.9
+  // (PR #153666 merged after the 2.8 branch cut of 2025-06-24 and before 2.9's of 2025-09-08);
+  // before 2.4 torchtitan's norms.py had its own Python RMSNorm.
+  if (t.rms_norm) {
+    k.rms_norm = *t.rms_norm;
+  } else if (k.implementation == ModelImplementation::kHuggingFace || !at_least(2, 4)) {
+    k.rms_norm = RmsNormKernel::kPython;
+  } else {
+    k.rms_norm = at_least(2, 9) ? RmsNormKernel::kFused : RmsNormKernel::kComposite;
+  }
+  // Attention. scaled_dot_product_attention exists from PyTorch 2.0; before it every framework
+  // ran the unfused path. Its dispatch (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp):
+  // flash needs sm80+ (FlashAttention-2 from 2.2), so Volta takes the memory-efficient kernel;
+  // on Hopper cuDNN comes first in 2.5.0 (PyTorch 2.5 release blog), was deprioritized again
+  // for 2.6 (PR #141274), and is preferred again once the bundled cuDNN passes the runtime gate
+  // cudnn_version > 91500: the CUDA 12.8 wheels of 2.11 ship cuDNN 9.17.1 (RELEASE.md
+  // compatibility matrix), 2.9's and 2.10's 9.10.2 (issue #165801, PR #171895).
+  const GpuArch arch = plan->cluster.gpu.arch;
+  k.eager_attention = false;
+  switch (t.attention) {
+    case AttentionChoice::kSdpa:
+      if (!at_least(2, 0)) {
+        k.eager_attention = true;
+      } else if (arch == GpuArch::kVolta) {
+        k.attention = traces::AttentionImpl::kMemEfficient;
+      } else if (arch == GpuArch::kHopper && (is(2, 5) || at_least(2, 11))) {
+        k.attention = traces::AttentionImpl::kCudnn;
+      } else {
+        k.attention = traces::AttentionImpl::kFlash2;
+      }
+      break;
+    case AttentionChoice::kEager: k.eager_attention = true; break;
+    case AttentionChoice::kFlash2: k.attention = traces::AttentionImpl::kFlash2; break;
+    case AttentionChoice::kFlash3: k.attention = traces::AttentionImpl::kFlash3; break;
+    case AttentionChoice::kCudnn: k.attention = traces::AttentionImpl::kCudnn; break;
+    case AttentionChoice::kMemEfficient: k.attention = traces::AttentionImpl::kMemEfficient; break;
+  }
+  if (!k.eager_attention && !AttentionSupported(k.attention, arch)) {
+    std::vector<std::string> supported;
+    for (const auto& [name, choice] : kAttentionChoices) {
+      if (choice == AttentionChoice::kSdpa || choice == AttentionChoice::kEager) continue;
+      const auto impl = traces::ParseAttentionImpl(name);
+      if (impl && AttentionSupported(*impl, arch)) supported.push_back(std::string(name));
+    }
+    return Error(mark, "training.attention",
+                 fmt::format("an attention kernel with published measurements on {} ({}, sdpa or eager)",
+                             plan->cluster.gpu.name, fmt::join(supported, ", ")),
+                 Quote(traces::AttentionImplName(k.attention)));
+  }
+  // Grouped-query attention: the unfused path and torchtitan's model code until its
+  // "GQA without kv repeats" change (pytorch/torchtitan PR #2259, early 2026: modelled from
+  // PyTorch 2.11) materialize K and V per query head (repeat_kv); transformers' SDPA path
+  // passes enable_gqa from PyTorch 2.5 (integrations/sdpa_attention.py use_gqa_in_sdpa).
+  k.repeat_kv = k.eager_attention ||
+                (k.implementation == ModelImplementation::kTorchtitan ? !at_least(2, 11) : !at_least(2, 5));
+  // The unfused path materializes batch x heads x seq^2 scores: keep their byte counts in range.
+  if (k.eager_attention) {
+    const double scores = static_cast<double>(t.micro_batch_size) * plan->model.heads *
+                          static_cast<double>(t.seq_len) * static_cast<double>(t.seq_len);
+    if (scores > kMaxActivationElements) {
+      return Error(mark, "training.attention",
+                   "a fused kernel for this length (the unfused path's batch x heads x seq^2 scores exceed 2^50)",
+                   "eager");
+    }
   }
   return Status::Ok();
 }
@@ -1610,6 +1772,7 @@ Status PlanParser::ReadHost(const Entry& entry, HostConfig* out) const {
   SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "hook_overhead_us", &out->hook_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(
       ReadHostField(fields, "python_op_overhead_us", &out->python_op_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "cpp_op_overhead_us", &out->cpp_op_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "cuda_malloc_us", &out->cuda_malloc_ns));
   SHARDSCOPE_RETURN_IF_ERROR(ReadHostField(fields, "cuda_free_us", &out->cuda_free_ns));
   if (const Entry* e = fields.Find("max_queued_launches_per_stream")) {
@@ -1715,10 +1878,12 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   bool dtype_given = false;
   YAML::Mark seq_len_mark = training_mark;
   YAML::Mark dtype_mark = training_mark;
+  YAML::Mark kernels_mark = training_mark;
   if (training != nullptr) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadTraining(*training, plan.cluster.gpu, &plan.training,
-                                            &dtype_given, &seq_len_mark, &dtype_mark));
+                                            &dtype_given, &seq_len_mark, &dtype_mark, &kernels_mark));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(ResolveKernelChoices(kernels_mark, &plan));
   // The default dtype must suit the GPU too (bf16 on a V100, say); an explicit one was
   // checked where it was read.
   if (!dtype_given && !DTypeSupported(plan.cluster.gpu, plan.training.dtype)) {
@@ -2144,10 +2309,21 @@ HostConfig DefaultHostConfig() {
   host.launch_overhead_ns = kDefaultLaunchOverheadNs;
   host.hook_overhead_ns = kDefaultHookOverheadNs;
   host.python_op_overhead_ns = kDefaultPythonOpOverheadNs;
+  host.cpp_op_overhead_ns = kDefaultCppOpOverheadNs;
   host.max_queued_launches_per_stream = kDefaultMaxQueuedLaunchesPerStream;
   host.cuda_malloc_ns = kDefaultCudaMallocNs;
   host.cuda_free_ns = kDefaultCudaFreeNs;
   return host;
+}
+
+Workload WorkloadOf(const Plan& plan) {
+  Workload w;
+  w.micro_batch = plan.training.micro_batch_size;
+  w.seq_len = plan.training.seq_len;
+  w.dtype = plan.training.dtype;
+  w.expert_load = plan.moe.rank_load;
+  w.kernels = plan.training.kernels;
+  return w;
 }
 
 ContentionConfig DefaultContentionConfig() {

@@ -141,6 +141,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["host.launch_overhead_ns"] = std::to_string(plan.host.launch_overhead_ns);
   m["host.hook_overhead_ns"] = std::to_string(plan.host.hook_overhead_ns);
   m["host.python_op_overhead_ns"] = std::to_string(plan.host.python_op_overhead_ns);
+  m["host.cpp_op_overhead_ns"] = std::to_string(plan.host.cpp_op_overhead_ns);
   m["host.max_queued_launches_per_stream"] = std::to_string(plan.host.max_queued_launches_per_stream);
   m["host.cuda_malloc_ns"] = std::to_string(plan.host.cuda_malloc_ns);
   m["host.cuda_free_ns"] = std::to_string(plan.host.cuda_free_ns);
@@ -253,11 +254,13 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.launch_overhead_ns", setup.host.launch_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.hook_overhead_ns", setup.host.hook_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.python_op_overhead_ns", setup.host.python_op_overhead_ns));
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cpp_op_overhead_ns", setup.host.cpp_op_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(
       md.Int32("host.max_queued_launches_per_stream", setup.host.max_queued_launches_per_stream));
   if (setup.contention.compute_slowdown < 0 || setup.contention.comm_slowdown < 0 ||
       setup.host.launch_overhead_ns < 0 || setup.host.hook_overhead_ns < 0 ||
-      setup.host.python_op_overhead_ns < 0 || setup.host.max_queued_launches_per_stream < 0) {
+      setup.host.python_op_overhead_ns < 0 || setup.host.cpp_op_overhead_ns < 0 ||
+      setup.host.max_queued_launches_per_stream < 0) {
     return Status::InvalidInput(fmt::format("{}: /metadata: contention and host costs must be >= 0", label));
   }
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cuda_malloc_ns", setup.host.cuda_malloc_ns));

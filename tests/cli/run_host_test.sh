@@ -67,20 +67,20 @@ fi
 # dumps its flight recorder, the job aborts non-zero, and the dumps agree with the simulator's
 # hang report: the same blocked collective and per-communicator sequence numbers.
 sed 's/gpus_per_node: 2/gpus_per_node: 4/' examples/tiny-fsdp2-2gpu.yaml > "$work/tiny4.yaml"
-# op 52 of rank 2: allocate activations.layers.0 in forward (after the layers.0 all_gather,
+# op 53 of rank 2: allocate act.layers.0.attn.norm.out in forward (after the layers.0 all_gather,
 # all_gather #2 on dp_shard, was issued): `shardscope schedule --listing --rank 2` shows it.
-"$shardscope" simulate "$work/tiny4.yaml" --inject-oom 2:52 -o "$work/sim4" -q --trace-ranks none > /dev/null
+"$shardscope" simulate "$work/tiny4.yaml" --inject-oom 2:53 -o "$work/sim4" -q --trace-ranks none > /dev/null
 start=$(date +%s)
 set +e
 timeout 120 "${mpirun_cmd[@]}" -np 4 "$shardscope" run "$work/tiny4.yaml" -o "$work/run4" -q --warmup 0 --steps 1 \
-  --timeout 5 --inject-oom 2:52 > "$work/run4.out" 2>&1
+  --timeout 5 --inject-oom 2:53 > "$work/run4.out" 2>&1
 rc=$?
 set -e
 elapsed=$(( $(date +%s) - start ))
 if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
   fail "(b) expected the watchdog to abort the job (non-zero, not the test's timeout), got exit $rc"; cat "$work/run4.out"
 fi
-grep -q "rank 2: out of memory at op 52 (injected)" "$work/run4.out" || fail "(b) no OOM message for rank 2"
+grep -q "rank 2: out of memory at op 53 (injected)" "$work/run4.out" || fail "(b) no OOM message for rank 2"
 grep -q "watchdog timeout" "$work/run4.out" || fail "(b) no watchdog message"
 "$python" - "$work/sim4" "$work/run4/flight_recorder" <<'EOF' || { fail "(b) flight recorder dumps"; cat "$work/run4.out"; }
 import json, os, sys
@@ -109,7 +109,7 @@ for rank in range(4):
     blocked = run["shardscope"]["blocked_collective"]
     if rank == 2:
         check(blocked is None, "rank 2 (out of memory) should not be blocked in a collective")
-        check("out of memory at op 52" in run["shardscope"]["host"], f"rank 2 host: {run['shardscope']['host']}")
+        check("out of memory at op 53" in run["shardscope"]["host"], f"rank 2 host: {run['shardscope']['host']}")
     else:
         # The collective the simulator's watchdog times out: all_gather #3 on dp_shard, where
         # ranks 0, 1, 3 wait for rank 2.

@@ -54,6 +54,11 @@ struct ModelSpec {
   bool lm_head_transform = false; // BERT/RoBERTa LM head: dense(h, h) + GeLU + LayerNorm
                                   // before the output projection, whose bias (vocab) exists
                                   // even when its weight is tied
+  bool fused_qkv = false;         // one GEMM makes q, k and v (GPT-2's c_attn, MPT's Wqkv);
+                                  // otherwise three (Llama's wq/wk/wv, BERT's query/key/value)
+  double dropout = 0;             // dropout probability after the embeddings, on the attention
+                                  // probabilities and on each sub-layer's output (BERT's
+                                  // hidden_dropout_prob and attention_probs_dropout_prob)
 
   int64_t head_dim() const { return hidden / heads; }
   bool rope() const { return !learned_positions && !alibi; }
@@ -76,23 +81,87 @@ struct ParamTensor {
   bool matmul = false;  // used by a GEMM (linear weights and biases): autocast casts it
 };
 
-// One kernel a module runs, with the activation bytes it saves for backward.
+// An activation (or activation gradient) tensor of one module's forward or backward pass.
+struct ActivationTensor {
+  std::string name;        // module-local: "attn.q", "d.attn.q" (its gradient), ...
+  int64_t bytes = 0;
+  bool external = false;   // not allocated by the step (token ids, the loss's seed gradient)
+  int32_t view_of = -1;    // a view: shares that tensor's storage (allocated with it)
+};
+
+// Who issues a kernel, which decides the host time before its launch (plan.h HostConfig).
+enum class KernelDispatch : uint8_t {
+  kPython,  // a Python-level op of the model code (eager forward, a checkpoint's recompute)
+  kCpp,     // an ATen op issued from C++: the autograd engine's backward kernels, the ops a
+            // composite ATen op (nn.RMSNorm before PyTorch 2.9) runs inside one Python call
+};
+
+// One kernel a module runs and the tensors it touches. `writes` are fresh tensors, allocated
+// right before the launch (as the caching allocator sees PyTorch allocate an op's outputs);
+// `reads` are the tensors it reads. An in-place kernel reads and writes an existing tensor: it
+// lists it under `reads` only.
 struct ModuleKernel {
-  std::string name;                 // e.g. "attn.qkv_proj", "mlp.down_proj.dgrad"
+  std::string name;                 // e.g. "attn.wq", "mlp.w2.dgrad", "loss.log_softmax"
   traces::ComputeDesc compute;
-  int64_t saved_bytes = 0;          // activations kept alive until backward (forward only)
+  std::vector<int32_t> reads;       // indices into ModuleKernels::tensors
+  std::vector<int32_t> writes;
+  int64_t workspace_bytes = 0;      // allocated for this kernel alone (flash backward's dq_accum)
+  KernelDispatch dispatch = KernelDispatch::kPython;
+  // Backward: writes parameter gradients (a wgrad GEMM, a norm's weight reduction, a bias sum,
+  // the embedding's scatter). DDP's and ZeRO's per-parameter hooks fire after it.
+  bool weight_grad = false;
+  // Forward: an op whose outputs torchtitan's op-level selective checkpointing saves (matmuls
+  // and fused attention; the policy keeps every other matmul, see lowering).
+  bool matmul = false;
+  bool fused_attention = false;
 };
 
 // A module as FSDP wraps it: a transformer block, the embedding, or the final norm + head +
-// loss. forward and backward are in execution order; backward includes both the input
-// gradient (dgrad) and weight gradient (wgrad) GEMMs.
+// loss. forward and backward are in execution order; backward is what autograd launches for
+// this module's ops in reverse order: input gradients (dgrad), weight gradients (wgrad), the
+// additions where a tensor's gradients from several uses meet. A module reads the previous
+// module's output as `input` and hands it `input_grad`; the lowering links the two
+// (lowering_internal.h ActivationPlan).
 struct ModuleKernels {
   std::string name;                 // "embed", "layers.0", ..., "head"
   std::vector<ParamTensor> params;
+  std::vector<ActivationTensor> tensors;
+  int32_t input = -1;               // the previous module's output (embed: the token ids)
+  int32_t output = -1;              // what the next module reads (head: the loss)
+  int32_t output_grad = -1;         // the gradient of `output` the next module's backward produces
+  int32_t input_grad = -1;          // the gradient of `input` this backward produces (-1: none)
   std::vector<ModuleKernel> forward;
   std::vector<ModuleKernel> backward;
   int64_t param_numel() const;
-  int64_t saved_bytes() const;      // sum of forward saved_bytes
+  // Bytes autograd keeps from the forward for the backward without activation checkpointing:
+  // the forward tensors backward kernels read (the module's input included).
+  int64_t saved_bytes() const;
+};
+
+// How the training job's framework code runs a model on the GPU: which kernels it launches.
+// plan.cc resolves the defaults from the framework, the PyTorch version and the GPU.
+enum class ModelImplementation : uint8_t {
+  kTorchtitan,   // torchtitan's model code (wq/wk/wv, RoPE through complex64, nn.RMSNorm)
+  kHuggingFace,  // transformers' modeling_*.py (LlamaRMSNorm in Python, rotate_half RoPE)
+};
+enum class RmsNormKernel : uint8_t {
+  kFused,      // torch._fused_rms_norm: one kernel (nn.RMSNorm from PyTorch 2.9)
+  kComposite,  // ATen's composite rms_norm (nn.RMSNorm in PyTorch 2.4-2.8): fp32 upcast, pow,
+               // mean, add_, rsqrt, mul, mul(weight), cast, from C++
+  kPython,     // the Python RMSNorm of transformers' LlamaRMSNorm and torchtitan's early norms.py
+};
+struct KernelChoices {
+  ModelImplementation implementation = ModelImplementation::kTorchtitan;
+  RmsNormKernel rms_norm = RmsNormKernel::kFused;
+  // torch.compile on each block and the loss: Inductor's fused kernels (estimate, see model_kernels.cc).
+  bool compile = false;
+  // Unfused attention (matmul, scale, mask, softmax, dropout, matmul), as transformers' "eager"
+  // attention and PyTorch before scaled_dot_product_attention (2.0); otherwise one fused kernel.
+  bool eager_attention = false;
+  traces::AttentionImpl attention = traces::AttentionImpl::kFlash2;
+  // Grouped-query attention by materialized K/V copies (torchtitan's repeat_kv) rather than
+  // the kernel reading kv_heads heads (enable_gqa).
+  bool repeat_kv = false;
 };
 
 struct Workload {
@@ -102,6 +171,7 @@ struct Workload {
   // Tokens this rank's experts process relative to a balanced router (expert parallelism:
   // the rank runs its experts on the tokens routed to them from every rank). 1 = balanced.
   double expert_load = 1;
+  KernelChoices kernels;
 };
 
 // Checks the workload against the model: micro_batch and seq_len positive, seq_len within

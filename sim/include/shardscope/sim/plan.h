@@ -36,8 +36,21 @@ std::string_view StrategyName(Strategy strategy);  // "fsdp2", "ddp", "fsdp1", "
 
 // none: every activation saved. full: torch.utils.checkpoint around every transformer block.
 // selective: torchtitan's layer-level selective AC, a checkpoint around every k-th block
-// (training.selective_ac_every, torchtitan's selective_ac_option default "2").
-enum class ActivationCheckpointing : uint8_t { kNone, kFull, kSelective };
+// (training.selective_ac_every, torchtitan's selective_ac_option default "2"). selective_op:
+// torchtitan's op-level selective AC (selective_ac_option "op", its llama3_8b.toml): every block
+// checkpointed, the outputs of every other matmul and of attention kept.
+enum class ActivationCheckpointing : uint8_t { kNone, kFull, kSelective, kSelectiveOp };
+
+// training.attention: what runs scaled-dot-product attention. sdpa: PyTorch's dispatch for the
+// GPU and training.pytorch_version; eager: the unfused matmul-softmax-matmul.
+enum class AttentionChoice : uint8_t { kSdpa, kFlash2, kFlash3, kCudnn, kMemEfficient, kEager };
+
+// How parameters, gradients and optimizer states are stored.
+enum class Precision : uint8_t {
+  kMixed,     // fp32 master parameters, gradients and Adam states; compute in training.dtype
+  kPureBf16,  // everything bf16, no fp32 master copy (torchtune's default: its recipes say
+              // "all activations, gradients and optimizer states are in bfloat16")
+};
 
 struct TrainingConfig {
   int64_t seq_len = 2048;
@@ -47,6 +60,16 @@ struct TrainingConfig {
   int32_t selective_ac_every = 2;   // selective: blocks whose (index + 1) % k == 0 are checkpointed
   traces::DType dtype = traces::DType::kBFloat16;
   double max_grad_norm = 1.0;       // clip_grad_norm_ (torchtitan max_norm 1.0); 0 = no clipping
+  Precision precision = Precision::kMixed;
+  // The PyTorch release (major.minor) and the framework's model code: they decide the kernels
+  // a block launches (model.h KernelChoices). Defaults: the newest release modelled, and the
+  // strategy's usual framework (fsdp2: torchtitan; the others: transformers).
+  int32_t pytorch_major = 2, pytorch_minor = 11;
+  std::optional<ModelImplementation> implementation;
+  bool compile = false;             // torch.compile per block and on the loss (torchtitan's knob)
+  AttentionChoice attention = AttentionChoice::kSdpa;
+  std::optional<RmsNormKernel> rms_norm;  // unset: what nn.RMSNorm / LlamaRMSNorm run
+  KernelChoices kernels;            // resolved by the loader from the fields above
 };
 
 // The 2-D data-parallel device mesh (replicate, shard). Ranks r*shard .. r*shard+shard-1 form
@@ -170,6 +193,7 @@ struct HostConfig {
   int64_t launch_overhead_ns = 0;   // CPU time of one kernel / collective / memcpy launch
   int64_t hook_overhead_ns = 0;     // CPU time of one framework hook (pre/post forward ...)
   int64_t python_op_overhead_ns = 0;// Python + dispatcher time per framework op
+  int64_t cpp_op_overhead_ns = 0;   // dispatcher time per ATen op issued from C++ (autograd)
   int32_t max_queued_launches_per_stream = 0;  // launches a stream queues before the host blocks
   int64_t cuda_malloc_ns = 0;       // host time of one cudaMalloc (a new allocator segment)
   int64_t cuda_free_ns = 0;         // host time of one cudaFree (releasing a cached segment)
@@ -270,6 +294,10 @@ Plan WithoutDivergence(const Plan& plan);
 // `description` names the change ("fsdp2.backward_prefetch 0").
 StatusOr<Plan> WithRankVariant(const Plan& plan, std::vector<int32_t> ranks, Plan variant,
                                std::string description);
+
+// The workload one micro-batch of `plan` runs (model.h DecomposeModel): sizes, dtype, the
+// rank's expert load and the resolved kernel choices.
+Workload WorkloadOf(const Plan& plan);
 
 // Defaults with their sources (also used when a schedule JSON carries no host section).
 HostConfig DefaultHostConfig();
