@@ -12,10 +12,12 @@
 #include "shardscope/sim/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <map>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 
@@ -76,6 +78,9 @@ struct AllocatorLog;
 
 struct RankState {
   const Program* program = nullptr;
+  // Per op of the program: the kernel's or copy's duration at full speed, -1 until first
+  // asked. Shared by the ranks running the program (the cost provider is deterministic).
+  std::vector<int64_t>* durations = nullptr;
   bool has_checkpoint_ops = false;         // the program has checkpoint-phase ops
   int32_t rank = 0;
   HostState host;
@@ -120,7 +125,15 @@ struct AllocatorLog {
     MemoryStats stats;      // after the call
   };
   std::vector<Call> calls;          // the measured step's mallocs and frees, in program order
+  // (allocated, reserved) bytes after each call and after the warm-up: what every call of
+  // every rank reads (AfterAllocatorCall), kept apart from the full stats for locality.
+  std::vector<std::pair<int64_t, int64_t>> bytes;
+  std::pair<int64_t, int64_t> warm_bytes{0, 0};
   std::vector<bool> preallocated;   // tensors live since the warm-up step
+  // Per op of the program: the index of the call it makes in `calls`, -1 for none (a free of a
+  // tensor that is not live, an allocation live since the warm-up, every other op). Ranks read
+  // their outcomes through it and need no per-tensor state of their own.
+  std::vector<int32_t> call_of_op;
   MemoryStats warm_stats;           // after the warm-up step (what a rank has before any call)
   int64_t warm_reserved_peak = -1;
   int64_t warm_fragmentation = 0;
@@ -146,6 +159,14 @@ struct Activity {
   std::vector<Participant> members;  // one for compute / copy; every member for a collective
   int32_t members_computing = 0;     // collectives: members with compute running
   CollectiveRun run;
+  // A kernel's activity: copies of the items queued behind it on its stream (ahead[0] is the
+  // next), read from the queue in one go so that handing over to the next kernel
+  // (HandOverKernel) need not reach into the queue's memory, cold by the time the kernel ends.
+  // Items only join a queue at its back, so the copies stay true.
+  static constexpr int kAhead = 4;
+  std::array<QueueItem, kAhead> ahead;
+  std::array<int64_t, kAhead> ahead_ns;  // a kernel's duration at full speed; -1: not a kernel
+  int32_t ahead_begin = 0, ahead_end = 0;
 };
 
 // A collective being gathered on one communicator: every member must arrive.
@@ -255,7 +276,17 @@ class Engine {
     return r.slowdown == 1.0 ? ns : static_cast<int64_t>(std::llround(static_cast<double>(ns) * r.slowdown));
   }
   bool Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t);
-  void FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t);
+  // A shared log's next malloc neither fails nor waits for the device (no synchronization, no
+  // cudaFree): its effect does not depend on when the device gets there, so the host need not
+  // let the global clock catch up before making it.
+  static bool LogOutcomeIsTimeless(const RankState& r, int32_t pc) {
+    if (!r.log) return false;
+    const int32_t call = r.log->call_of_op[static_cast<size_t>(pc)];
+    if (call < 0) return true;  // no call: nothing happens
+    const MallocOutcome& out = r.log->calls[static_cast<size_t>(call)].outcome;
+    return out.ok && !out.synchronized && out.device_frees == 0;
+  }
+  void FreeTensor(RankState& r, int32_t pc, const traces::FreeOp& op, int64_t t);
   void AfterAllocatorCall(RankState& r, int64_t t);
   void CreateAllocator(RankState& r);
   void WarmAllocator(RankState& r);
@@ -275,6 +306,9 @@ class Engine {
   void StartCompute(RankState& r, int32_t stream, const QueueItem& item, int64_t work_ns,
                     ActivityKind kind);
   void FinishActivity(int32_t id);
+  bool HandOverKernel(int32_t id);
+  // A kernel op's duration at full speed (cached per program); -1 for other ops.
+  int64_t KernelDuration(const RankState& r, int32_t op_index);
 
   int32_t NewActivity();
   void SetRate(int32_t id, double rate);
@@ -318,6 +352,7 @@ class Engine {
   std::vector<Rendezvous> rendezvous_;      // per communicator
   std::unordered_map<P2pKey, P2pPending, P2pKeyHash> p2p_;
   std::map<CostKey, CollectiveCost> cost_cache_;
+  std::map<const Program*, std::vector<int64_t>> durations_;  // RankState::durations
   int64_t ops_executed_ = 0;
   int64_t events_processed_ = 0;
   std::optional<OomAgreement> oom_agreed_;
@@ -353,6 +388,11 @@ StatusOr<SimulationResult> Engine::Run() {
     const traces::RankBinding& binding = schedule_.ranks[static_cast<size_t>(rank)];
     r.rank = rank;
     r.program = &schedule_.ProgramOf(rank);
+    {
+      auto [it, inserted] = durations_.try_emplace(r.program);
+      if (inserted) it->second.assign(r.program->ops.size(), -1);
+      r.durations = &it->second;
+    }
     {
       auto [it, inserted] = has_checkpoint_.try_emplace(r.program, false);
       if (inserted) {
@@ -405,14 +445,9 @@ StatusOr<SimulationResult> Engine::Run() {
         r.log = log.log;
       }
       if (r.log) {
-        r.preallocated = r.log->preallocated;
         r.reserved_peak_seen = r.log->warm_reserved_peak;
         r.stats.memory.fragmentation_bytes = r.log->warm_fragmentation;
         r.stats.memory.allocated_at_reserved_peak = r.log->warm_allocated_at_peak;
-        r.tensor_address.assign(r.program->tensors.size(), 0);
-        for (size_t tensor = 0; tensor < r.preallocated.size(); ++tensor) {
-          if (r.preallocated[tensor]) r.tensor_address[tensor] = 1;  // live; the log knows the rest
-        }
       } else {
         CreateAllocator(r);
         if (config_.memory.warm_start) WarmAllocator(r);
@@ -547,16 +582,12 @@ void Engine::RunHost(RankState& r) {
             if (config_.max_queued_per_stream > 0 &&
                 target.queue.size() >= static_cast<size_t>(config_.max_queued_per_stream)) {
               // The stream's launch queue is full: cudaLaunchKernel blocks until its oldest
-              // item retires. Whether it is still full is a question about the device at
-              // time t, so let the global clock catch up first.
-              if (t > now_) {
-                host.wait = HostWait::kResumeScheduled;
-                Push(t, HostResume{r.rank});
-              } else {
-                host.wait = HostWait::kQueueFull;
-                host.wait_target = payload.stream;
-                if (host.launch_blocked_since < 0) host.launch_blocked_since = t;
-              }
+              // item retires. The host reached the launch at t (possibly ahead of the global
+              // clock); it launches at the later of t and the next retirement (PopFront), so
+              // it waits for that retirement without checking again at t.
+              host.wait = HostWait::kQueueFull;
+              host.wait_target = payload.stream;
+              if (host.launch_blocked_since < 0) host.launch_blocked_since = t;
               yielded = true;
               return;
             }
@@ -639,11 +670,12 @@ void Engine::RunHost(RankState& r) {
               return;
             }
             if (!r.allocator && !r.log) return;
-            if (r.preallocated[static_cast<size_t>(payload.tensor)]) {  // live since the warm-up
+            // Live since the warm-up (a log rank's log knows: the op makes no call).
+            if (!r.log && r.preallocated[static_cast<size_t>(payload.tensor)]) {
               r.preallocated[static_cast<size_t>(payload.tensor)] = false;
               return;
             }
-            if (t > now_) {
+            if (t > now_ && !LogOutcomeIsTimeless(r, pc)) {
               // The allocator looks at device progress (completed free events): decide at t.
               host.wait = HostWait::kResumeScheduled;
               Push(t, HostResume{r.rank});
@@ -653,11 +685,13 @@ void Engine::RunHost(RankState& r) {
             yielded = !Allocate(r, pc, payload, op.id, t);
           } else if constexpr (std::is_same_v<T, traces::RecordStreamOp>) {
             // Programs with record_stream never share a precomputed log (BuildLog).
-            const uint64_t address = r.tensor_address[static_cast<size_t>(payload.tensor)];
-            if (r.allocator && address != 0) r.allocator->RecordStream(address, payload.stream);
+            if (r.allocator) {
+              const uint64_t address = r.tensor_address[static_cast<size_t>(payload.tensor)];
+              if (address != 0) r.allocator->RecordStream(address, payload.stream);
+            }
           } else {
             static_assert(std::is_same_v<T, traces::FreeOp>);
-            if (r.allocator || r.log) FreeTensor(r, payload, t);
+            if (r.allocator || r.log) FreeTensor(r, pc, payload, t);
           }
         },
         op.payload);
@@ -687,9 +721,11 @@ void Engine::PopFront(RankState& r, int32_t stream) {
   r.streams[static_cast<size_t>(stream)].queue.pop_front();
   HostState& host = r.host;
   if (host.wait == HostWait::kQueueFull && host.wait_target == stream) {
-    host.clock = now_;
+    host.clock = std::max(now_, host.launch_blocked_since);
     host.wait = HostWait::kResumeScheduled;
-    Push(now_, HostResume{r.rank});
+    Push(host.clock, HostResume{r.rank});
+    // The resume runs within this instant: bring the op it starts with into the cache now.
+    __builtin_prefetch(&r.program->ops[static_cast<size_t>(host.pc)]);
   }
 }
 
@@ -740,14 +776,19 @@ std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& l
   auto log = std::make_shared<AllocatorLog>();
   log->preallocated = scratch.preallocated;
   log->warm_stats = scratch.allocator->stats();
-  for (const Op& op : scratch.program->ops) {
+  log->warm_bytes = {log->warm_stats.allocated_bytes, log->warm_stats.reserved_bytes};
+  log->call_of_op.assign(scratch.program->ops.size(), -1);
+  for (size_t index = 0; index < scratch.program->ops.size(); ++index) {
+    const Op& op = scratch.program->ops[index];
     if (const auto* alloc = std::get_if<traces::AllocateOp>(&op.payload)) {
       if (scratch.preallocated[static_cast<size_t>(alloc->tensor)]) {
         scratch.preallocated[static_cast<size_t>(alloc->tensor)] = false;
         continue;
       }
       const MallocOutcome out = scratch.allocator->Malloc(alloc->bytes, alloc->stream);
+      log->call_of_op[index] = static_cast<int32_t>(log->calls.size());
       log->calls.push_back({out, scratch.allocator->stats()});
+      log->bytes.emplace_back(log->calls.back().stats.allocated_bytes, log->calls.back().stats.reserved_bytes);
       if (!out.ok) break;
       scratch.tensor_address[static_cast<size_t>(alloc->tensor)] = out.address;
     } else if (const auto* free_op = std::get_if<traces::FreeOp>(&op.payload)) {
@@ -755,7 +796,9 @@ std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& l
       if (address == 0) continue;
       scratch.allocator->Free(address);
       address = 0;
+      log->call_of_op[index] = static_cast<int32_t>(log->calls.size());
       log->calls.push_back({MallocOutcome{}, scratch.allocator->stats()});
+      log->bytes.emplace_back(log->calls.back().stats.allocated_bytes, log->calls.back().stats.reserved_bytes);
     }
   }
   building_log_ = false;
@@ -810,7 +853,7 @@ void Engine::WarmAllocator(RankState& r) {
       }
       AfterAllocatorCall(r, 0);
     } else if (const auto* free_op = std::get_if<traces::FreeOp>(&op.payload)) {
-      FreeTensor(r, *free_op, 0);
+      FreeTensor(r, -1, *free_op, 0);  // a live allocator: no log to index
     }
   }
   warming_ = false;
@@ -892,7 +935,15 @@ void Engine::AgreeOnOom(const std::vector<Participant>& members, const Collectiv
 bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t) {
   HostState& host = r.host;
   r.alloc_needs_sync = false;
-  const MallocOutcome out = r.log ? r.log->calls[r.log_cursor++].outcome : r.allocator->Malloc(op.bytes, op.stream);
+  MallocOutcome out;
+  if (r.log) {
+    const int32_t call = r.log->call_of_op[static_cast<size_t>(pc)];
+    if (call < 0) return true;  // not in the log: nothing to allocate (cannot happen for a live log)
+    out = r.log->calls[static_cast<size_t>(call)].outcome;
+    r.log_cursor = static_cast<size_t>(call) + 1;
+  } else {
+    out = r.allocator->Malloc(op.bytes, op.stream);
+  }
   if (!out.ok) {
     AfterAllocatorCall(r, t);
     r.stats.memory.oom = OomInfo{op_id, t, out.requested_bytes, out.device_free_bytes, out.largest_free_block};
@@ -902,9 +953,8 @@ bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, in
     r.stats.end_ns = std::max(r.stats.end_ns, t);
     return false;
   }
-  // A log rank only needs liveness; a 0-byte allocation has address 0 and is not live (its
-  // free is a no-op, as in the run that wrote the log).
-  r.tensor_address[static_cast<size_t>(op.tensor)] = r.log ? (out.address != 0 ? 1 : 0) : out.address;
+  // A log rank keeps no addresses: the log says which later frees make a call.
+  if (!r.log) r.tensor_address[static_cast<size_t>(op.tensor)] = out.address;
   if (config_.memory.record_history && r.want_trace) {
     r.tensor_bytes[static_cast<size_t>(op.tensor)] = op.bytes;
     r.live_tensors.push_back(op.tensor);
@@ -931,15 +981,17 @@ bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, in
   return true;
 }
 
-void Engine::FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t) {
-  uint64_t& address = r.tensor_address[static_cast<size_t>(op.tensor)];
-  if (address == 0) return;  // ValidateSchedule guarantees a live tensor
+void Engine::FreeTensor(RankState& r, int32_t pc, const traces::FreeOp& op, int64_t t) {
   if (r.log) {
-    ++r.log_cursor;
+    const int32_t call = r.log->call_of_op[static_cast<size_t>(pc)];
+    if (call < 0) return;  // the tensor is not live (a 0-byte allocation)
+    r.log_cursor = static_cast<size_t>(call) + 1;
   } else {
+    uint64_t& address = r.tensor_address[static_cast<size_t>(op.tensor)];
+    if (address == 0) return;  // ValidateSchedule guarantees a live tensor
     r.allocator->Free(address);
+    address = 0;
   }
-  address = 0;
   if (config_.memory.record_history && r.want_trace) {
     auto it = std::find(r.live_tensors.begin(), r.live_tensors.end(), op.tensor);
     if (it != r.live_tensors.end()) {
@@ -952,11 +1004,18 @@ void Engine::FreeTensor(RankState& r, const traces::FreeOp& op, int64_t t) {
 
 // Peaks, fragmentation at the reserved peak, trace counters and history times.
 void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
-  const MemoryStats stats = CurrentStats(r);
-  if (stats.reserved_bytes > r.reserved_peak_seen) {
-    r.reserved_peak_seen = stats.reserved_bytes;
-    r.stats.memory.fragmentation_bytes = stats.reserved_bytes - stats.allocated_bytes;
-    r.stats.memory.allocated_at_reserved_peak = stats.allocated_bytes;
+  int64_t allocated = 0, reserved = 0;
+  if (r.log) {
+    std::tie(allocated, reserved) = r.log_cursor > 0 ? r.log->bytes[r.log_cursor - 1] : r.log->warm_bytes;
+  } else {
+    const MemoryStats& stats = r.allocator->stats();
+    allocated = stats.allocated_bytes;
+    reserved = stats.reserved_bytes;
+  }
+  if (reserved > r.reserved_peak_seen) {
+    r.reserved_peak_seen = reserved;
+    r.stats.memory.fragmentation_bytes = reserved - allocated;
+    r.stats.memory.allocated_at_reserved_peak = allocated;
     if (config_.memory.record_history && r.want_trace) {
       // Reserved grows only through new segments, so this runs a bounded number of times.
       auto& live = r.stats.memory.live_at_reserved_peak;
@@ -964,8 +1023,8 @@ void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
       for (int32_t tensor : r.live_tensors) live.emplace_back(tensor, r.tensor_bytes[static_cast<size_t>(tensor)]);
     }
   }
-  if (stats.allocated_bytes > r.allocated_peak_seen) {
-    r.allocated_peak_seen = stats.allocated_bytes;
+  if (allocated > r.allocated_peak_seen) {
+    r.allocated_peak_seen = allocated;
     if (config_.memory.record_history && r.want_trace) {
       auto& live = r.stats.memory.live_at_allocated_peak;
       live.clear();
@@ -973,7 +1032,7 @@ void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
     }
   }
   if (r.want_trace) {
-    if (!warming_) observer_->OnMemory(r.rank, t, stats.allocated_bytes, stats.reserved_bytes);
+    if (!warming_) observer_->OnMemory(r.rank, t, allocated, reserved);
     if (r.allocator) r.stats.memory.history_time_ns.resize(r.allocator->history().size(), t);
   }
 }
@@ -1015,11 +1074,15 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
     }
     const Op& op = OpOf(r, item.op_index);
     if (const auto* kernel = std::get_if<traces::KernelOp>(&op.payload)) {
-      StartCompute(r, stream, item, Slowed(r, costs_.KernelNs(kernel->compute)), ActivityKind::kCompute);
+      int64_t& ns = (*r.durations)[static_cast<size_t>(item.op_index)];
+      if (ns < 0) ns = costs_.KernelNs(kernel->compute);
+      StartCompute(r, stream, item, Slowed(r, ns), ActivityKind::kCompute);
       return;
     }
     if (const auto* copy = std::get_if<traces::MemcpyOp>(&op.payload)) {
-      StartCompute(r, stream, item, Slowed(r, costs_.MemcpyNs(copy->kind, copy->bytes)), ActivityKind::kCopy);
+      int64_t& ns = (*r.durations)[static_cast<size_t>(item.op_index)];
+      if (ns < 0) ns = costs_.MemcpyNs(copy->kind, copy->bytes);
+      StartCompute(r, stream, item, Slowed(r, ns), ActivityKind::kCopy);
       return;
     }
     if (const auto* coll = std::get_if<traces::CollectiveOp>(&op.payload)) {
@@ -1213,6 +1276,7 @@ void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, i
   const int32_t id = NewActivity();
   Activity& a = activities_[static_cast<size_t>(id)];
   a.kind = kind;
+  a.ahead_begin = a.ahead_end = 0;
   a.remaining = static_cast<double>(work_ns);
   a.start_ns = now_;
   a.last_update = now_;
@@ -1231,6 +1295,7 @@ void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, i
 }
 
 void Engine::FinishActivity(int32_t id) {
+  if (HandOverKernel(id)) return;
   Activity& a = activities_[static_cast<size_t>(id)];
   a.live = false;
   free_activities_.push_back(id);
@@ -1287,6 +1352,60 @@ void Engine::FinishActivity(int32_t id) {
     }
     AdvanceStream(r, p.stream);
   }
+}
+
+// A kernel ends and the next item of its stream is a kernel that is ready: the stream starts
+// it at once, so the GPU's count of running compute kernels goes 1 -> 0 -> 1 within this
+// instant, which changes no rate. The activity carries on as the next kernel: nothing is
+// recounted, and no collective on the GPU is re-timed twice for nothing.
+int64_t Engine::KernelDuration(const RankState& r, int32_t op_index) {
+  int64_t& ns = (*r.durations)[static_cast<size_t>(op_index)];
+  if (ns < 0) {
+    const auto* kernel = std::get_if<traces::KernelOp>(&OpOf(r, op_index).payload);
+    if (kernel == nullptr) return -1;
+    ns = costs_.KernelNs(kernel->compute);
+  }
+  return ns;
+}
+
+bool Engine::HandOverKernel(int32_t id) {
+  Activity& a = activities_[static_cast<size_t>(id)];
+  if (a.kind != ActivityKind::kCompute || a.members.size() != 1) return false;
+  const Participant p = a.members.front();
+  RankState& r = ranks_[static_cast<size_t>(p.rank)];
+  StreamState& s = r.streams[static_cast<size_t>(p.stream)];
+  if (a.ahead_begin == a.ahead_end) {
+    // Refill the look-ahead from the queue: the items behind the running one (queue[0]).
+    a.ahead_begin = 0;
+    a.ahead_end = static_cast<int32_t>(std::min<size_t>(Activity::kAhead, s.queue.size() - 1));
+    for (int32_t i = 0; i < a.ahead_end; ++i) {
+      const QueueItem& item = s.queue[static_cast<size_t>(i) + 1];
+      a.ahead[static_cast<size_t>(i)] = item;
+      a.ahead_ns[static_cast<size_t>(i)] = item.op_index >= 0 ? KernelDuration(r, item.op_index) : -1;
+    }
+    if (a.ahead_end == 0) return false;
+  }
+  const QueueItem next = a.ahead[static_cast<size_t>(a.ahead_begin)];
+  const int64_t ns = a.ahead_ns[static_cast<size_t>(a.ahead_begin)];
+  if (ns < 0 || next.ready_ns > now_) return false;
+  // Retire the finished kernel as FinishActivity would.
+  const int64_t start = a.start_ns;
+  PopFront(r, p.stream);
+  StreamStats& stats = r.stats.streams[static_cast<size_t>(p.stream)];
+  stats.busy_ns += now_ - start;
+  ++stats.ops;
+  r.stats.end_ns = std::max(r.stats.end_ns, now_);
+  EmitDevice(r, p, start, now_, nullptr);
+  // Start the next one on the same activity, at the unchanged rate.
+  a.members.front().op_index = next.op_index;
+  ++a.ahead_begin;
+  a.remaining = static_cast<double>(Slowed(r, ns));
+  a.start_ns = now_;
+  a.last_update = now_;
+  ++a.version;
+  const int64_t done = now_ + static_cast<int64_t>(std::ceil(a.remaining / a.rate - 1e-6));
+  Push(std::max(done, now_), ActivityDone{id, a.version});
+  return true;
 }
 
 int32_t Engine::NewActivity() {
