@@ -14,6 +14,7 @@
 
 #include "lowering_internal.h"
 #include "schedule_metadata.h"
+#include "shardscope/sim/mfu_conventions.h"
 
 namespace shardscope::sim {
 namespace {
@@ -195,6 +196,13 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
   schedule.metadata[kMetaTokensPerRankStep] = std::to_string(tokens);
   schedule.metadata[kMetaModelFlopsPerRankStep] =
       fmt::format("{:.17g}", TrainingFlopsPerToken(plan.model, plan.training.seq_len) * static_cast<double>(tokens));
+  for (MfuConvention convention : kMfuConventions) {
+    const std::string key = fmt::format("mfu.{}.", MfuConventionName(convention));
+    schedule.metadata[key + "flops_per_token"] =
+        fmt::format("{:.17g}", ConventionFlopsPerToken(convention, plan.model, plan.training.seq_len));
+    schedule.metadata[key + "peak_flops"] =
+        fmt::format("{:.17g}", ConventionPeakFlops(convention, plan.cluster.gpu, plan.training.dtype));
+  }
   return schedule;
 }
 

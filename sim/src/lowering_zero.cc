@@ -482,6 +482,7 @@ struct Zero3Submodule {
   int64_t persistent_numel = 0;
   int64_t persistent_padded = 0;
   std::vector<int64_t> param_numels;
+  std::vector<int64_t> fetch_param_numels;  // its non-persistent parameters, one by one
   std::vector<std::pair<std::string, int64_t>> persistent;  // name, numel
 };
 
@@ -498,13 +499,26 @@ class Zero3Lowering {
   void BuildTrace();
   void ResetStep();
   void AllGatherParams(const std::vector<size_t>& subs);
+  void LegacyAllGatherParam(size_t sub, size_t param);
+  void LegacySynchronizeCommunication();
+  void LegacyDebugNorms(size_t sub);
+  std::string LegacyBuffer(size_t sub, size_t param) const {
+    return fmt::format("unsharded.{}.p{}", subs_[sub].name, param);
+  }
   void FetchSubModule(size_t sub);
   void ReleaseSubModule(size_t sub);
+  void LegacyReleaseParams(size_t sub);
   void ReleaseAll();
   void ForwardSlice(size_t sub, bool recompute = false);
   void BackwardSlice(size_t sub);
   void ReduceIndependent(size_t sub, int32_t micro_batch);
   void ReduceAndPartitionIpgGrads(int32_t micro_batch);
+  void LegacyReduceIndependent(size_t sub, int32_t micro_batch);
+  void LegacyReduceIpgGrads(int32_t micro_batch);
+  void LegacyPartitionPreviousGrads(int32_t micro_batch);
+  void LegacyReduceEpilogue(int32_t micro_batch);
+  void LegacyStepHostChecks(const std::vector<int64_t>& grad_partitions);
+  void LegacyPlaceholder();
 
   const LoweringContext& ctx_;
   ProgramBuilder b_;
@@ -534,6 +548,7 @@ class Zero3Lowering {
   std::deque<int64_t> ongoing_fetch_events_;
   int64_t fetch_events_ = 0;
   int64_t stream_waits_ = 0;
+  std::vector<size_t> legacy_inflight_;     // 2021 path: submodules gathered, not yet waited for
 
   // Gradient reduction state (stage3.py).
   int64_t elements_in_ipg_bucket_ = 0;
@@ -543,6 +558,9 @@ class Zero3Lowering {
   std::deque<int64_t> param_reduce_events_;
   int64_t reduce_events_ = 0;
   int64_t grad_ready_events_ = 0;
+  // 2021 path: the parameters (numels) of the IPG bucket being filled, and of the bucket
+  // reduced last, whose partitioning lags one bucket behind.
+  std::vector<int64_t> legacy_bucket_, legacy_previous_bucket_;
 };
 
 void Zero3Lowering::BuildSubmodules() {
@@ -578,6 +596,7 @@ void Zero3Lowering::BuildSubmodules() {
       } else {
         ++sub.fetch_params;
         sub.fetch_numel += p.numel;
+        sub.fetch_param_numels.push_back(p.numel);
         // partition_parameters.py _partition_param: each rank holds ceil(numel / world).
         sub.fetch_partition += CeilDiv(p.numel, world);
       }
@@ -624,6 +643,16 @@ void Zero3Lowering::ResetStep() {
 //   all_gather_into_tensor; AllGatherCoalescedHandle keeps the per-rank views (partitions)
 //   of the flat buffer, and its wait() copies each parameter out (torch.cat).
 void Zero3Lowering::AllGatherParams(const std::vector<size_t>& candidates) {
+  if (ctx_.plan.zero.legacy_per_parameter_path) {
+    for (size_t s : candidates) {
+      if (status_[s] != ParamStatus::kNotAvailable || subs_[s].fetch_numel == 0) continue;
+      for (size_t p = 0; p < subs_[s].fetch_param_numels.size(); ++p) LegacyAllGatherParam(s, p);
+      status_[s] = ParamStatus::kInflight;
+      legacy_inflight_.push_back(s);
+      n_available_ += subs_[s].fetch_numel;
+    }
+    return;
+  }
   std::vector<size_t> subs;
   int64_t partition = 0, params = 0;
   for (size_t s : candidates) {
@@ -667,6 +696,88 @@ void Zero3Lowering::PopFromRegistry(size_t s) {
   if (--handle.in_registry == 0 && !handle.single) b_.Free(fmt::format("all_gather_output.h{}", handle_of_[s]));
 }
 
+// The 2021 ZeRO-3 (DeepSpeed before the coordinator rewrite of PR #1453; partition_parameters.py
+// _all_gather / _allgather_param at microsoft/DeepSpeed c4ec23fc) gathers one parameter at a
+// time on the all-gather stream: flat_tensor = torch.zeros(aligned size); torch.cuda.synchronize();
+// world_size partitions as flat_tensor.narrow(...); the local shard copied into its partition;
+// torch.distributed.all_gather(partitions, ...), which in ProcessGroupNCCL flattens the output
+// list into a new buffer, runs ncclAllGather into it and copies each of the world_size chunks
+// back into its partition (one copy kernel per rank, from C++). Host time per parameter,
+// measured with DeepSpeed 0.3.16 and PyTorch 1.8.0 on 8 x A100 (DeepSpeed issue #1069, zarzen,
+// 2021-06-21: "The pre_launch typically takes 130us, the launch takes 250us about, and there
+// is a torch.cuda.synchronize() sync point"): what the other host costs of this model already
+// charge at that world size is taken out, the rest is the calls' own Python bookkeeping; the
+// world-size-dependent parts (narrow views, copy-outs) scale with the group.
+constexpr int64_t kLegacyPreLaunchNs = 130'000;
+constexpr int64_t kLegacyLaunchNs = 250'000;
+constexpr int64_t kLegacyMeasuredWorld = 8;
+
+void Zero3Lowering::LegacyAllGatherParam(size_t s, size_t p) {
+  const HostConfig& host = ctx_.plan.host;
+  const int64_t es = ElementBytes();
+  const int64_t world = ctx_.world_size;
+  const int64_t part = CeilDiv(subs_[s].fetch_param_numels[p], world);
+  const int64_t aligned = part * world;
+  const int64_t py = host.python_op_overhead_ns, cpp = host.cpp_op_overhead_ns, launch = host.launch_overhead_ns;
+  // At the measured world size: zeros and copy_ (Python op + launch each), the narrow views.
+  const int64_t pre_modelled = 2 * (py + launch) + kLegacyMeasuredWorld * py;
+  // The all_gather call (a Python op + the NCCL launch) and the copy-outs (C++ op + launch).
+  const int64_t launch_modelled = (py + launch) + kLegacyMeasuredWorld * (cpp + launch);
+  const std::string buffer = LegacyBuffer(s, p);
+  b_.HostWork("ZeRO::legacy.allgather_param.pre_launch", std::max<int64_t>(0, kLegacyPreLaunchNs - pre_modelled));
+  b_.HostWork("python op", py);
+  b_.Allocate(buffer, aligned * es, all_gather_);
+  b_.MemoryKernel(all_gather_, "ZeRO::legacy.allgather_param.zeros", 0, aligned * es);
+  b_.DeviceSync("ZeRO::legacy.allgather_param.synchronize");
+  b_.HostWork("ZeRO::legacy.allgather_param.narrow", world * py);
+  b_.HostWork("python op", py);
+  b_.MemoryKernel(all_gather_, "ZeRO::legacy.allgather_param.copy_partition", part * es, part * es);
+  b_.HostWork("ZeRO::legacy.allgather_param.launch", std::max<int64_t>(0, kLegacyLaunchNs - launch_modelled));
+  b_.HostWork("python op", py);
+  const std::string flat = buffer + ".flat";
+  b_.Allocate(flat, aligned * es, all_gather_);
+  b_.Collective(all_gather_, "ZeRO::all_gather", CollectiveType::kAllGather, dp_, aligned * es, ctx_.compute_dtype);
+  for (int64_t r = 0; r < world; ++r) {
+    b_.HostWork("aten op", cpp);
+    b_.MemoryKernel(all_gather_, "ZeRO::legacy.allgather_param.copy_out", part * es, part * es);
+  }
+  b_.Free(flat);
+}
+
+// 2021 stage3.py _synchronize_communication: handle.wait() for every in-flight gather (the
+// current stream waits on the all-gather stream), then, with the blocking switches,
+// comm_stream.synchronize() and torch.cuda.synchronize().
+void Zero3Lowering::LegacySynchronizeCommunication() {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  for (size_t h : legacy_inflight_) {
+    for (size_t p = 0; p < subs_[h].fetch_param_numels.size(); ++p) b_.HostWork("aten op", ctx_.plan.host.cpp_op_overhead_ns);
+    status_[h] = ParamStatus::kAvailable;
+  }
+  legacy_inflight_.clear();
+  const std::string waited = fmt::format("all_gather_stream.{}", stream_waits_++);
+  b_.Record(b_.Event(waited), all_gather_);
+  b_.Wait(compute_, b_.Event(waited));
+  if (zero.legacy_stream_sync_in_fetch_release) {
+    b_.StreamSync("ZeRO::legacy.all_gather_stream.synchronize", all_gather_);
+    b_.DeviceSync("ZeRO::legacy.fetch.synchronize");
+  }
+}
+
+// 2021 fetch_sub_module: for each parameter of the submodule, print_rank_0(f"... norm=
+// {param.norm()}", force=False): the f-string is built (a norm kernel, and .item() to format
+// it: a device-to-host copy and a stream synchronize) even though nothing prints. PR #1188
+// ("Removing the norm computation in debug printing") removed it.
+void Zero3Lowering::LegacyDebugNorms(size_t s) {
+  const int64_t es = ElementBytes();
+  for (int64_t numel : subs_[s].param_numels) {
+    b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
+    b_.MemoryKernel(compute_, "ZeRO::legacy.debug_norm", numel * es, kFp32Bytes);
+    b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
+    b_.Memcpy(compute_, "ZeRO::legacy.debug_norm.item", traces::MemcpyKind::kDeviceToHost, kFp32Bytes);
+    b_.StreamSync("ZeRO::legacy.debug_norm.item.synchronize", compute_);
+  }
+}
+
 // PartitionedParameterCoordinator.fetch_sub_module.
 void Zero3Lowering::FetchSubModule(size_t s) {
   const ZeroConfig& zero = ctx_.plan.zero;
@@ -674,6 +785,11 @@ void Zero3Lowering::FetchSubModule(size_t s) {
   const size_t step = step_id_;
   // 1. kick off the all-gather of the submodule's own parameters.
   if (status_[s] == ParamStatus::kNotAvailable) AllGatherParams({s});
+  if (zero.legacy_per_parameter_path) {
+    // 2021: wait for every gather in flight (its own and earlier prefetches).
+    if (!legacy_inflight_.empty()) LegacySynchronizeCommunication();
+    if (zero.legacy_debug_norm_sync) LegacyDebugNorms(s);
+  }
   // 2. wait for them. With more than __max_ongoing_fetch_events (2) recorded fetch events,
   // the host synchronizes the oldest (completed ones are dropped first with query(); an
   // event synchronize on a completed event returns at once, so always synchronizing the
@@ -706,23 +822,17 @@ void Zero3Lowering::FetchSubModule(size_t s) {
     b_.Record(b_.Event(fmt::format("fetch_event.{}", event)), all_gather_);
     ongoing_fetch_events_.push_back(event);
     if (zero.legacy_stream_sync_in_fetch_release) {
-      // 2021 behaviour (DeepSpeed issue #1069 / PR #1170 "ZeRO-3 Slowdown", fixed by the
-      // coordinator rewrite in PR #1453): a blocking synchronize of the all-gather stream in
-      // fetch. Not confirmed line by line in the old source (estimate from the reports).
+      // 2021 behaviour (stage3.py _synchronize_communication at microsoft/DeepSpeed 70adb32a:
+      // comm_stream.synchronize(); torch.cuda.synchronize()), here on the current coordinator.
       b_.StreamSync("ZeRO::legacy.all_gather_stream.synchronize", all_gather_);
+      b_.DeviceSync("ZeRO::legacy.fetch.synchronize");
     }
   }
   // current_stream().wait_stream(allgather_stream).
   const std::string waited = fmt::format("all_gather_stream.{}", stream_waits_++);
   b_.Record(b_.Event(waited), all_gather_);
   b_.Wait(compute_, b_.Event(waited));
-  if (zero.legacy_debug_norm_sync && subs_[s].fetch_numel > 0) {
-    // 2021 behaviour: a debug string built on every fetch formatted tensor.norm() of the
-    // gathered parameters even when not printed — a reduction kernel and, for the value, a
-    // device synchronization. Not confirmed in the old source (estimate from the reports).
-    b_.MemoryKernel(compute_, "ZeRO::legacy.debug_norm", subs_[s].fetch_numel * es, kFp32Bytes);
-    b_.DeviceSync("ZeRO::legacy.debug_norm.item");
-  }
+  if (zero.legacy_debug_norm_sync && !zero.legacy_per_parameter_path) LegacyDebugNorms(s);
   // 3. prefetch from the trace: first pop the current submodule's own entry (when it was not
   // already fetched for this step), then pop entries while the numel to prefetch stays below
   // min(max_live_parameters - available, prefetch_bucket_size); a NOT_AVAILABLE submodule
@@ -736,7 +846,12 @@ void Zero3Lowering::FetchSubModule(size_t s) {
       if (t == step) break;
     }
   }
-  if (zero.stage3_prefetch_bucket_size > 0) {
+  // 2021 behaviour (DeepSpeed issue #1069, jfc4050 2021-05-27: "a pre sub module hook is
+  // executing before the pre module hook ... this causes the rest of the step ids in the
+  // forward pass to be off by 1, which was causing the prefetches to be skipped"; fixed by PR
+  // #1170): get_params_to_prefetch compares the submodule with the trace at the step id,
+  // misses ("Tracing failed. Prefetching is disabled") and returns nothing.
+  if (zero.stage3_prefetch_bucket_size > 0 && !zero.legacy_prefetch_off_by_one) {
     const int64_t max_to_prefetch =
         std::min(zero.stage3_max_live_parameters - n_available_, zero.stage3_prefetch_bucket_size);
     std::vector<size_t> to_prefetch;
@@ -753,12 +868,6 @@ void Zero3Lowering::FetchSubModule(size_t s) {
         numel_prefetching += subs_[p].fetch_numel;
       }
     }
-    if (zero.legacy_prefetch_first_param_only && to_prefetch.size() > 1) {
-      // 2021 behaviour (DeepSpeed issue #1069: the step id was off by one, so the trace
-      // lookups missed and prefetching effectively stopped): only the first candidate is
-      // gathered ahead; the others were popped and are fetched on demand.
-      to_prefetch.erase(to_prefetch.begin() + 1, to_prefetch.end());
-    }
     AllGatherParams(to_prefetch);
   }
   ++step_id_;
@@ -770,7 +879,7 @@ void Zero3Lowering::FetchSubModule(size_t s) {
 // (params_traversed counts ds_numel of every submodule passed).
 void Zero3Lowering::ReleaseSubModule(size_t s) {
   const ZeroConfig& zero = ctx_.plan.zero;
-  if (zero.legacy_stream_sync_in_fetch_release) {
+  if (zero.legacy_stream_sync_in_fetch_release && !zero.legacy_per_parameter_path) {
     // 2021 behaviour: the post-submodule deallocation blocked the host on
     // cudaStreamSynchronize until the submodule's kernels had finished with the parameters
     // (DeepSpeed issue #1069, 2021-05-20: moving that deallocation onto its own stream,
@@ -780,22 +889,64 @@ void Zero3Lowering::ReleaseSubModule(size_t s) {
     b_.StreamSync("ZeRO::legacy.release.synchronize", compute_);
   }
   if (status_[s] != ParamStatus::kAvailable || subs_[s].fetch_numel == 0) return;
-  if (most_recent_step_[s] > static_cast<int64_t>(step_id_)) return;
-  int64_t traversed = 0;
-  for (size_t t = step_id_; t < trace_.size(); ++t) {
-    if (traversed >= zero.stage3_max_reuse_distance) break;
-    if (trace_[t] == s) return;
-    traversed += subs_[trace_[t]].numel;
+  // With the off-by-one trace, get_reuse_distance_in_numel misses too ("Tracing failed.
+  // Cannot tell if the sub_module ... is reused") and answers a distance beyond any limit.
+  if (!zero.legacy_prefetch_off_by_one) {
+    if (most_recent_step_[s] > static_cast<int64_t>(step_id_)) return;
+    int64_t traversed = 0;
+    for (size_t t = step_id_; t < trace_.size(); ++t) {
+      if (traversed >= zero.stage3_max_reuse_distance) break;
+      if (trace_[t] == s) return;
+      traversed += subs_[trace_[t]].numel;
+    }
   }
   // __release_param -> param.partition(): the gathered data is freed.
-  b_.Free("unsharded." + subs_[s].name);
+  if (zero.legacy_per_parameter_path) {
+    LegacyReleaseParams(s);
+  } else {
+    b_.Free("unsharded." + subs_[s].name);
+  }
   status_[s] = ParamStatus::kNotAvailable;
   n_available_ -= subs_[s].fetch_numel;
+}
+
+// 2021 partition_parameters.py _partition_param, per released parameter: the gathered
+// tensor is dropped and param.data replaced by torch.ones(1).half().to(param.device) — a
+// pageable host-to-device copy, which PyTorch's copy_ follows with cudaStreamSynchronize on
+// the current stream. That is the per-parameter "big cudaStreamSynchronize" of DeepSpeed
+// issue #1069: the host waits for the submodule's kernels before the next fetch is issued.
+void Zero3Lowering::LegacyReleaseParams(size_t s) {
+  for (size_t p = 0; p < subs_[s].fetch_param_numels.size(); ++p) {
+    b_.Free(LegacyBuffer(s, p));
+    if (ctx_.plan.zero.legacy_stream_sync_in_fetch_release) LegacyPlaceholder();
+  }
+}
+
+void Zero3Lowering::LegacyPlaceholder() {
+  b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
+  b_.Memcpy(compute_, "ZeRO::legacy.partition.placeholder", traces::MemcpyKind::kHostToDevice, ElementBytes());
+  b_.StreamSync("ZeRO::legacy.release.synchronize", compute_);
 }
 
 // The end of a forward+backward: whatever is still gathered goes back to its partition
 // (release_and_reset_all waits for in-flight gathers first).
 void Zero3Lowering::ReleaseAll() {
+  if (ctx_.plan.zero.legacy_per_parameter_path) {
+    // stage3.py backward -> _partition_all_parameters: every parameter still available,
+    // persistent ones included, goes through param.partition() (its placeholder copy).
+    if (!legacy_inflight_.empty()) LegacySynchronizeCommunication();
+    for (size_t s = 0; s < subs_.size(); ++s) {
+      if (status_[s] == ParamStatus::kAvailable && subs_[s].fetch_numel > 0) {
+        LegacyReleaseParams(s);
+        status_[s] = ParamStatus::kNotAvailable;
+      }
+      if (ctx_.plan.zero.legacy_stream_sync_in_fetch_release) {
+        for (size_t p = 0; p < subs_[s].persistent.size(); ++p) LegacyPlaceholder();
+      }
+    }
+    n_available_ = 0;
+    return;
+  }
   for (size_t s = 0; s < subs_.size(); ++s) {
     if (status_[s] == ParamStatus::kInflight) {
       Handle& handle = handles_[static_cast<size_t>(handle_of_[s])];
@@ -846,6 +997,10 @@ void Zero3Lowering::BackwardSlice(size_t s) {
 // autograd gradient dropped).
 void Zero3Lowering::ReduceIndependent(size_t s, int32_t micro_batch) {
   const ZeroConfig& zero = ctx_.plan.zero;
+  if (zero.legacy_per_parameter_path) {
+    LegacyReduceIndependent(s, micro_batch);
+    return;
+  }
   const int64_t es = ElementBytes();
   const std::string grad = "grad." + subs_[s].name;
   bool all_copied = true;
@@ -924,6 +1079,158 @@ void Zero3Lowering::ReduceAndPartitionIpgGrads(int32_t micro_batch) {
   params_in_ipg_bucket_ = 0;
 }
 
+// 2021 stage3.py reduce_independent_p_g_buckets_and_remove_grads (microsoft/DeepSpeed
+// 70adb32a), per parameter from its gradient hook: a bucket that would overflow is reduced
+// first; the gradient is copied into the IPG buffer on the current (compute) stream —
+// nothing orders the reduction stream after that copy, the device synchronizes of the
+// per-parameter gathers do — and param.grad becomes a view of the buffer.
+void Zero3Lowering::LegacyReduceIndependent(size_t s, int32_t micro_batch) {
+  const ZeroConfig& zero = ctx_.plan.zero;
+  const int64_t es = ElementBytes();
+  const int64_t py = ctx_.plan.host.python_op_overhead_ns;
+  bool all_copied = true;
+  for (auto it = subs_[s].param_numels.rbegin(); it != subs_[s].param_numels.rend(); ++it) {
+    const int64_t numel = *it;
+    b_.HostWork("ZeRO::reduce_partition_and_remove_grads", ctx_.plan.host.hook_overhead_ns);
+    if (elements_in_ipg_bucket_ > 0 && elements_in_ipg_bucket_ + numel > zero.reduce_bucket_size) {
+      LegacyReduceIpgGrads(micro_batch);
+    }
+    if (numel <= zero.reduce_bucket_size) {
+      b_.HostWork("python op", 2 * py);  // narrow, copy_
+      b_.MemoryKernel(compute_, "ZeRO::copy_grad_to_ipg_bucket", numel * es, numel * es);
+    } else {
+      all_copied = false;  // extra_large_param_to_reduce: reduced from its own gradient
+    }
+    elements_in_ipg_bucket_ += numel;
+    legacy_bucket_.push_back(numel);
+  }
+  const std::string grad = "grad." + subs_[s].name;
+  if (all_copied) {
+    b_.Free(grad);
+  } else {
+    grads_to_free_at_reduce_.push_back(grad);
+  }
+}
+
+// 2021 reduce_ipg_grads: with overlap_comm the host waits for the reduction stream, the
+// previous bucket is partitioned, then average_tensor on the reduction stream: div_ over the
+// whole IPG buffer (all reduce_bucket_size elements, however full) and, per parameter,
+// partition_parameters.py _reduce_scatter_gradient — world_size narrow views and one
+// torch.distributed.reduce_scatter, which ProcessGroupNCCL runs by copying the world_size
+// inputs into a new flat buffer (one copy kernel each, from C++) and one ncclReduceScatter.
+void Zero3Lowering::LegacyReduceIpgGrads(int32_t micro_batch) {
+  if (legacy_bucket_.empty()) return;
+  const ZeroConfig& zero = ctx_.plan.zero;
+  const int64_t es = ElementBytes();
+  const int64_t world = ctx_.world_size;
+  const HostConfig& host = ctx_.plan.host;
+  if (zero.overlap_comm) b_.StreamSync("ZeRO::legacy.reduction_stream.synchronize", reduce_);
+  LegacyPartitionPreviousGrads(micro_batch);
+  b_.HostWork("python op", host.python_op_overhead_ns);
+  b_.MemoryKernel(reduce_, "ZeRO::legacy.average_tensor.div_", zero.reduce_bucket_size * es,
+                  zero.reduce_bucket_size * es);
+  for (int64_t numel : legacy_bucket_) {
+    const int64_t part = CeilDiv(numel, world);
+    b_.HostWork("ZeRO::legacy.reduce_scatter_gradient.narrow", world * host.python_op_overhead_ns);
+    b_.HostWork("python op", host.python_op_overhead_ns);
+    b_.Allocate("reduce_scatter_input.flat", part * world * es, reduce_);
+    for (int64_t r = 0; r < world; ++r) {
+      b_.HostWork("aten op", host.cpp_op_overhead_ns);
+      b_.MemoryKernel(reduce_, "ZeRO::legacy.reduce_scatter.copy_in", part * es, part * es);
+    }
+    b_.Collective(reduce_, "ZeRO::reduce_scatter", CollectiveType::kReduceScatter, dp_, part * world * es,
+                  ctx_.compute_dtype);
+    b_.Free("reduce_scatter_input.flat");
+  }
+  for (const std::string& grad : grads_to_free_at_reduce_) {
+    b_.RecordStream(grad, reduce_);
+    b_.Free(grad);
+  }
+  grads_to_free_at_reduce_.clear();
+  legacy_previous_bucket_ = std::move(legacy_bucket_);
+  legacy_bucket_.clear();
+  elements_in_ipg_bucket_ = 0;
+}
+
+// 2021 partition_previous_reduced_grads, on copy_grad_stream after
+// reduction_stream.synchronize() (the host waits again): each parameter's reduced slice is
+// copied (first micro-step) or added into the bit16 grads_in_partition.
+void Zero3Lowering::LegacyPartitionPreviousGrads(int32_t micro_batch) {
+  if (legacy_previous_bucket_.empty()) return;
+  const int64_t es = ElementBytes();
+  b_.StreamSync("ZeRO::legacy.reduction_stream.synchronize", reduce_);
+  for (int64_t numel : legacy_previous_bucket_) {
+    const int64_t own = CeilDiv(numel, ctx_.world_size) * es;
+    b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
+    if (micro_batch == 0) {
+      b_.MemoryKernel(reduce_, "ZeRO::partition_grads.copy", own, own);
+    } else {
+      b_.MemoryKernel(reduce_, "ZeRO::partition_grads.add", 2 * own, own);
+    }
+  }
+  legacy_previous_bucket_.clear();
+}
+
+// 2021 independent_gradient_partition_epilogue: the last bucket, the reduction stream
+// synchronized, its partitioning; then the IPG buffers are dropped.
+void Zero3Lowering::LegacyReduceEpilogue(int32_t micro_batch) {
+  LegacyReduceIpgGrads(micro_batch);
+  if (ctx_.plan.zero.overlap_comm) b_.StreamSync("ZeRO::legacy.reduction_stream.synchronize", reduce_);
+  LegacyPartitionPreviousGrads(micro_batch);
+  b_.Free("bucket.ipg");
+  if (ctx_.plan.zero.overlap_comm) b_.Free("bucket.ipg.1");
+}
+
+// 2021 step, before the update: has_overflow_partitioned_grads_serial —
+// float(grad.float().sum()) per parameter (an fp32 copy, a sum, a device-to-host copy the host
+// waits for), the flag sent to the GPU and all-reduced (MAX) and read back; then
+// get_grad_norm_direct — per parameter g.double().norm(2).item(), the total sent to the GPU,
+// all-reduced and read back. (With overlap_comm, the unused gpu_sum is read back first.)
+void Zero3Lowering::LegacyStepHostChecks(const std::vector<int64_t>& grad_partitions) {
+  const int64_t es = ElementBytes();
+  const int64_t py = ctx_.plan.host.python_op_overhead_ns;
+  constexpr int64_t kFp64Bytes = 8;
+  const auto read_back = [&](const char* name, int64_t bytes) {
+    b_.HostWork("python op", py);
+    b_.Memcpy(compute_, name, traces::MemcpyKind::kDeviceToHost, bytes);
+    b_.StreamSync("ZeRO::legacy.item.synchronize", compute_);
+  };
+  const auto send = [&](const char* name, int64_t bytes) {
+    b_.HostWork("python op", py);
+    b_.Memcpy(compute_, name, traces::MemcpyKind::kHostToDevice, bytes);
+    b_.StreamSync("ZeRO::legacy.to_device.synchronize", compute_);
+  };
+  if (ctx_.plan.zero.overlap_comm) {
+    read_back("ZeRO::legacy.gpu_sum.item", kFp32Bytes);
+    send("ZeRO::legacy.gpu_sum.zeros", kFp32Bytes);
+  }
+  for (int64_t numel : grad_partitions) {
+    b_.HostWork("python op", py);
+    b_.Allocate("overflow_check.float", numel * kFp32Bytes, compute_);
+    b_.MemoryKernel(compute_, "ZeRO::legacy.has_inf_or_nan.float", numel * es, numel * kFp32Bytes);
+    b_.HostWork("python op", py);
+    b_.MemoryKernel(compute_, "ZeRO::legacy.has_inf_or_nan.sum", numel * kFp32Bytes, kFp32Bytes);
+    b_.Free("overflow_check.float");
+    read_back("ZeRO::legacy.has_inf_or_nan.item", kFp32Bytes);
+  }
+  send("ZeRO::legacy.overflow_flag", 1);
+  b_.Collective(compute_, "ZeRO::legacy.overflow.all_reduce", CollectiveType::kAllReduce, dp_, 1, DType::kInt8);  // a ByteTensor
+  read_back("ZeRO::legacy.overflow.item", 1);
+  for (int64_t numel : grad_partitions) {
+    b_.HostWork("python op", py);
+    b_.Allocate("grad_norm.double", numel * kFp64Bytes, compute_);
+    b_.MemoryKernel(compute_, "ZeRO::get_grad_norm_direct.double", numel * es, numel * kFp64Bytes);
+    b_.HostWork("python op", py);
+    b_.MemoryKernel(compute_, "ZeRO::get_grad_norm_direct.norm", numel * kFp64Bytes, kFp64Bytes);
+    b_.Free("grad_norm.double");
+    read_back("ZeRO::legacy.grad_norm.item", kFp64Bytes);
+  }
+  send("ZeRO::legacy.total_norm", kFp32Bytes);
+  b_.Collective(compute_, "ZeRO::get_grad_norm_direct.all_reduce", CollectiveType::kAllReduce, dp_, kFp32Bytes,
+                DType::kFloat32);
+  read_back("ZeRO::legacy.total_norm.item", kFp32Bytes);
+}
+
 traces::Program Zero3Lowering::Lower() {
   const Plan& plan = ctx_.plan;
   const ZeroConfig& zero = plan.zero;
@@ -976,7 +1283,9 @@ traces::Program Zero3Lowering::Lower() {
   for (const auto& [name, numel] : persistent) {
     b_.Allocate("unsharded.persistent." + name, persistent_bytes(numel), compute_);
   }
-  if (zero.contiguous_gradients) b_.Allocate("bucket.ipg", zero.reduce_bucket_size * es, compute_);
+  if (zero.contiguous_gradients && !zero.legacy_per_parameter_path) {
+    b_.Allocate("bucket.ipg", zero.reduce_bucket_size * es, compute_);
+  }
 
   const int32_t steps = std::max<int32_t>(1, plan.training.grad_accum_steps);
   for (int32_t mb = 0; mb < steps; ++mb) {
@@ -1000,6 +1309,12 @@ traces::Program Zero3Lowering::Lower() {
     }
 
     b_.SetPhase(Phase::kBackward);
+    if (zero.legacy_per_parameter_path) {
+      // 2021 stage3.py backward: the IPG buffer (two with overlap_comm, "double buffers to
+      // avoid data access conflict") allocated on every backward.
+      b_.Allocate("bucket.ipg", zero.reduce_bucket_size * es, compute_);
+      if (zero.overlap_comm) b_.Allocate("bucket.ipg.1", zero.reduce_bucket_size * es, compute_);
+    }
     for (size_t step = 0; step < ctx_.modules.size(); ++step) {
       const size_t m = ctx_.modules.size() - 1 - step;
       const ModuleKernels& module = ctx_.modules[m];
@@ -1033,8 +1348,12 @@ traces::Program Zero3Lowering::Lower() {
     // independent_gradient_partition_epilogue: reduce the rest, then
     // reduce_and_partition_stream.synchronize() (the host waits for every reduction).
     b_.SetModule("");
-    ReduceAndPartitionIpgGrads(mb);
-    b_.StreamSync("ZeRO::reduce_and_partition_stream.synchronize", reduce_);
+    if (zero.legacy_per_parameter_path) {
+      LegacyReduceEpilogue(mb);
+    } else {
+      ReduceAndPartitionIpgGrads(mb);
+      b_.StreamSync("ZeRO::reduce_and_partition_stream.synchronize", reduce_);
+    }
     ReleaseAll();
   }
 
@@ -1051,7 +1370,11 @@ traces::Program Zero3Lowering::Lower() {
   b_.SetMicroBatch(-1);
   b_.HostWork("python op", plan.host.python_op_overhead_ns);
   for (const auto& [name, numel] : persistent) b_.Free("unsharded.persistent." + name);
-  EmitGradNormDirect(ctx_, b_, compute_, dp_, grad_partitions, /*fp64_scalar=*/true);
+  if (zero.legacy_per_parameter_path) {
+    LegacyStepHostChecks(grad_partitions);
+  } else {
+    EmitGradNormDirect(ctx_, b_, compute_, dp_, grad_partitions, /*fp64_scalar=*/true);
+  }
   EmitFlattenToFp32AndUnscale(ctx_, b_, compute_, partition_numel);
   EmitAdamW(b_, compute_, partition_numel);
   b_.Free("grad_shard.fp32_partition");

@@ -361,7 +361,7 @@ TEST(ZeroLowering, Stage3LegacyOptionsAddSynchronizations) {
   EXPECT_EQ(CountOps(fixed, "ZeRO::legacy.release.synchronize"), 0);
   plan.zero.legacy_stream_sync_in_fetch_release = true;
   plan.zero.legacy_debug_norm_sync = true;
-  plan.zero.legacy_prefetch_first_param_only = true;
+  plan.zero.legacy_prefetch_off_by_one = true;
   const Schedule legacy = MustLower(plan);
   // Every submodule with parameters (9 per block, the embedding, the head's norm and
   // output) is fetched once in forward and once in backward, and released after each.
@@ -373,6 +373,38 @@ TEST(ZeroLowering, Stage3LegacyOptionsAddSynchronizations) {
   EXPECT_GE(CountOps(legacy, "ZeRO::legacy.release.synchronize"), 2 * submodules);
   EXPECT_GT(CountOps(legacy, "ZeRO::all_gather_coalesced"), CountOps(fixed, "ZeRO::all_gather_coalesced"));
   MustSimulate(legacy);
+}
+
+// The 2021 per-parameter path (partition_parameters.py _allgather_param @ c4ec23fc): each
+// parameter gets its own zeroed buffer, a device synchronize, a list-form all_gather (which
+// ProcessGroupNCCL runs into a flat buffer and copies back out, one copy per rank) and, on
+// release, a 1-element placeholder copied from the host (a pageable copy: a stream
+// synchronize per released parameter).
+TEST(ZeroLowering, Stage3LegacyPerParameterGatherSynchronizesEachParameter) {
+  Plan plan = Zero3NoPrefetchPlan();  // 21 one-parameter submodules, released after each use
+  plan.zero.legacy_per_parameter_path = true;
+  plan.zero.legacy_stream_sync_in_fetch_release = true;
+  const Schedule schedule = MustLower(plan);
+  constexpr int64_t kGathers = 2 * 21;  // forward and backward
+  EXPECT_EQ(CountOps(schedule, "ZeRO::all_gather_coalesced"), 0);
+  EXPECT_EQ(CountOps(schedule, "ZeRO::all_gather"), kGathers);
+  EXPECT_EQ(CountOps(schedule, "ZeRO::legacy.allgather_param.synchronize"), kGathers);
+  EXPECT_EQ(CountOps(schedule, "ZeRO::legacy.allgather_param.copy_out"), kGathers * kWorld);
+  EXPECT_EQ(CountOps(schedule, "ZeRO::legacy.partition.placeholder"), kGathers);
+  EXPECT_EQ(CountOps(schedule, "ZeRO::legacy.release.synchronize"), kGathers);
+  // Each gather: the aligned buffer and the flat buffer ProcessGroupNCCL gathers into, both
+  // ceil(numel / 8) x 8 elements. feed_forward.w1 is 688 x 256.
+  const int64_t w1 = (176'128 + kWorld - 1) / kWorld * kWorld;
+  EXPECT_EQ(Allocated(schedule, "unsharded.layers.0.feed_forward.w1.p0"),
+            (std::pair<int64_t, int64_t>{2 * 2 * w1 * kBf16, 4}));
+  EXPECT_EQ(CollectiveBytes(schedule, "ZeRO::all_gather", CollectiveType::kAllGather), 2 * PaddedNumel(plan) * kBf16);
+  MustSimulate(schedule);
+  // Without the blocking release the placeholder copies go too.
+  plan.zero.legacy_stream_sync_in_fetch_release = false;
+  const Schedule unblocked = MustLower(plan);
+  EXPECT_EQ(CountOps(unblocked, "ZeRO::legacy.partition.placeholder"), 0);
+  EXPECT_EQ(CountOps(unblocked, "ZeRO::legacy.allgather_param.synchronize"), kGathers);
+  MustSimulate(unblocked);
 }
 
 // ---- Allocation lifetimes and op order against DeepSpeed's sources -------------------------
@@ -631,7 +663,7 @@ TEST(ZeroLowering, Stage3LegacyBehavioursSlowA2BModelOnV100s) {
     return flops / (static_cast<double>(result.makespan_ns) * 1e-9) / 1e12;
   };
   const double fixed = tflops_per_gpu(plan);
-  plan.zero.legacy_prefetch_first_param_only = true;
+  plan.zero.legacy_prefetch_off_by_one = true;
   plan.zero.legacy_stream_sync_in_fetch_release = true;
   plan.zero.legacy_debug_norm_sync = true;
   const double legacy = tflops_per_gpu(plan);

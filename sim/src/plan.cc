@@ -203,11 +203,11 @@ constexpr std::array<std::string_view, 11> kFsdp1Keys = {
     "sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers", "no_sync",
     "mixed_precision", "mesh", "implementation", "optimize_backward_concat",
     "reshard_after_forward", "bucket_cap_mb"};
-constexpr std::array<std::string_view, 11> kZeroKeys = {
+constexpr std::array<std::string_view, 12> kZeroKeys = {
     "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-    "stage3_param_persistence_threshold", "legacy_prefetch_first_param_only",
-    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync"};
+    "stage3_param_persistence_threshold", "legacy_prefetch_off_by_one",
+    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path"};
 constexpr std::array<std::string_view, 2> kMixedPrecisionKeys = {"param_dtype", "reduce_dtype"};
 constexpr std::array<std::string_view, 2> kMeshKeys = {"replicate", "shard"};
 constexpr std::array<std::string_view, 2> kDdpKeys = {"bucket_cap_mb", "no_sync"};
@@ -1629,12 +1629,14 @@ Status PlanParser::ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* ou
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->overlap_comm));
     } else if (key == "contiguous_gradients") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->contiguous_gradients));
-    } else if (key == "legacy_prefetch_first_param_only") {
-      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_prefetch_first_param_only));
+    } else if (key == "legacy_prefetch_off_by_one") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_prefetch_off_by_one));
     } else if (key == "legacy_stream_sync_in_fetch_release") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_stream_sync_in_fetch_release));
     } else if (key == "legacy_debug_norm_sync") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_debug_norm_sync));
+    } else if (key == "legacy_per_parameter_path") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_per_parameter_path));
     }
   }
   return Status::Ok();

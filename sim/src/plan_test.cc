@@ -1125,7 +1125,7 @@ TEST(PlanZeroTest, Stage3Knobs) {
                                     "  stage3_max_reuse_distance: 0",
                                     "  stage3_param_persistence_threshold: 1e4",
                                     "  contiguous_gradients: false",
-                                    "  legacy_prefetch_first_param_only: true",
+                                    "  legacy_prefetch_off_by_one: true",
                                     "  legacy_stream_sync_in_fetch_release: true",
                                     "  legacy_debug_norm_sync: true"}));
   EXPECT_EQ(plan.training.dtype, traces::DType::kFloat32);  // fp32 with ZeRO is fine
@@ -1135,7 +1135,7 @@ TEST(PlanZeroTest, Stage3Knobs) {
   EXPECT_EQ(plan.zero.stage3_max_reuse_distance, 0);
   EXPECT_EQ(plan.zero.stage3_param_persistence_threshold, 10'000);
   EXPECT_FALSE(plan.zero.contiguous_gradients);
-  EXPECT_TRUE(plan.zero.legacy_prefetch_first_param_only);
+  EXPECT_TRUE(plan.zero.legacy_prefetch_off_by_one);
   EXPECT_TRUE(plan.zero.legacy_stream_sync_in_fetch_release);
   EXPECT_TRUE(plan.zero.legacy_debug_norm_sync);
   EXPECT_EQ(ParseOk(Plan16(kDense4, "zero1", {"zero: {allgather_bucket_size: 1.5e8}"}))

@@ -17,6 +17,7 @@
 
 #include "schedule_metadata.h"
 #include "shardscope/sim/hang.h"
+#include "shardscope/sim/mfu_conventions.h"
 #include "shardscope/sim/version.h"
 
 namespace shardscope::sim {
@@ -324,6 +325,14 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   }
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("model.flops_per_rank_step", setup.model_flops_per_rank_step));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("model.tokens_per_rank_step", setup.tokens_per_rank_step));
+  for (MfuConvention convention : kMfuConventions) {
+    const std::string key = fmt::format("mfu.{}.", MfuConventionName(convention));
+    if (!md.Has(key + "flops_per_token")) continue;
+    SimulationSetup::ConventionFigures figures{std::string(MfuConventionName(convention)), 0, 0};
+    SHARDSCOPE_RETURN_IF_ERROR(md.Double(key + "flops_per_token", figures.flops_per_token));
+    SHARDSCOPE_RETURN_IF_ERROR(md.Double(key + "peak_flops", figures.peak_flops));
+    setup.mfu_conventions.push_back(std::move(figures));
+  }
   return setup;
 }
 
@@ -662,6 +671,19 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
   j["tokens_per_second_per_gpu"] = f.tokens_per_second_per_gpu;
   j["tflops_per_gpu"] = f.tflops_per_gpu;
   j["mfu"] = f.mfu;
+  // The same step as each framework's own log would score it (docs/REPORT.md): model FLOPs
+  // per token under its convention, the peak it divides by, and the MFU (null where that
+  // framework reports none, or the step did not complete).
+  nlohmann::ordered_json conventions = nlohmann::ordered_json::object();
+  for (const SimulationSetup::ConventionFigures& c : setup.mfu_conventions) {
+    const double flops_per_s = c.flops_per_token * f.tokens_per_second_per_gpu;
+    conventions[c.name] = {{"flops_per_token", c.flops_per_token},
+                           {"tflops_per_gpu", flops_per_s * 1e-12},
+                           {"peak_flops", c.peak_flops},
+                           {"mfu", c.peak_flops > 0 && flops_per_s > 0 ? nlohmann::ordered_json(flops_per_s / c.peak_flops)
+                                                                       : nlohmann::ordered_json(nullptr)}};
+  }
+  j["mfu_by_convention"] = std::move(conventions);
   j["compute_ns"] = static_cast<int64_t>(std::llround(f.mean_compute_ns));
   j["comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns));
   j["exposed_comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns - f.mean_overlap_ns));
@@ -824,6 +846,13 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
   if (setup.tokens_per_rank_step > 0 && !result.hung && !result.oom_agreed) {
     out += fmt::format("  tokens/s per GPU     {:>12.1f}\n", f.tokens_per_second_per_gpu);
     out += fmt::format("  model TFLOP/s per GPU{:>12.1f}   MFU {:.1f}%\n", f.tflops_per_gpu, 100 * f.mfu);
+    std::string by_convention;
+    for (const SimulationSetup::ConventionFigures& c : setup.mfu_conventions) {
+      if (c.peak_flops <= 0) continue;
+      by_convention += fmt::format("  {} {:.1f}%", c.name,
+                                   100 * c.flops_per_token * f.tokens_per_second_per_gpu / c.peak_flops);
+    }
+    if (!by_convention.empty()) out += "  MFU as logged by:" + by_convention + "\n";
   }
   out += fmt::format("  compute busy         {:>12.3f} ms\n", f.mean_compute_ns * 1e-6);
   out += fmt::format("  communication        {:>12.3f} ms   overlapped {:.1f}%   exposed {:.3f} ms\n",

@@ -158,9 +158,13 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
   // The 2021 ZeRO-3 behaviours, to reproduce the slow runs and show the fix.
-  bool legacy_prefetch_first_param_only = false;   // prefetch fetched nothing beyond one param
+  bool legacy_prefetch_off_by_one = false;          // trace step ids off by one: no prefetch
   bool legacy_stream_sync_in_fetch_release = false;// cudaStreamSynchronize in fetch and release
   bool legacy_debug_norm_sync = false;             // a debug string's tensor.norm() per fetch
+  bool legacy_per_parameter_path = false;          // the 2021 per-parameter code: an all_gather
+                                                   // per parameter after a torch.cuda.synchronize(),
+                                                   // a reduce_scatter per parameter, two host
+                                                   // syncs per parameter in the step
 };
 
 // torch.nn.parallel.DistributedDataParallel knobs.

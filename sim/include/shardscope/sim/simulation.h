@@ -37,6 +37,14 @@ struct SimulationSetup {
   std::shared_ptr<const CalibrationProfile> calibration;
   double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
   int64_t tokens_per_rank_step = 0;
+  // metadata "mfu.<convention>.flops_per_token" / ".peak_flops" (mfu_conventions.h): how
+  // each framework would count this step; empty when the schedule has none.
+  struct ConventionFigures {
+    std::string name;
+    double flops_per_token = 0;
+    double peak_flops = 0;  // 0: that framework reports no MFU on this GPU and dtype
+  };
+  std::vector<ConventionFigures> mfu_conventions;
 };
 
 // Reads the setup from a schedule's metadata (written by LowerPlan). Keys that are absent
