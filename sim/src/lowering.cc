@@ -62,6 +62,7 @@ StatusOr<LoweredPrograms> LowerPrograms(const Plan& plan) {
   const traces::DType activations =
       plan.training.dtype == traces::DType::kFloat8E4M3 ? traces::DType::kBFloat16 : plan.training.dtype;
   LoweringContext ctx{plan, {}, plan.cluster.world_size(), activations, nullptr};
+  if (plan.training.precision == Precision::kPureBf16) ctx.master_dtype = traces::DType::kBFloat16;
   const Workload workload = WorkloadOf(plan);
   SHARDSCOPE_RETURN_IF_ERROR(ValidateModel(plan.model).WithContext(plan.source));
   SHARDSCOPE_RETURN_IF_ERROR(ValidateWorkload(plan.model, workload).WithContext(plan.source));

@@ -257,10 +257,11 @@ void EmitLossBackward(const LoweringContext& ctx, ProgramBuilder& b, traces::Str
   EmitBackwardKernels(ctx, b, stream, ctx.modules.back(), KernelPart::kLoss);
 }
 
-void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel) {
+void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel, int64_t state_bytes) {
   // torch/optim/adamw.py (_fused_adamw, one multi-tensor kernel): reads param, grad, exp_avg,
-  // exp_avg_sq and writes param, exp_avg, exp_avg_sq.
-  b.MemoryKernel(stream, "optimizer.adamw", 4 * kFp32Bytes * numel, 3 * kFp32Bytes * numel);
+  // exp_avg_sq and writes param, exp_avg, exp_avg_sq (all in the parameters' dtype: the
+  // moments are zeros_like(param)).
+  b.MemoryKernel(stream, "optimizer.adamw", 4 * state_bytes * numel, 3 * state_bytes * numel);
 }
 
 void EmitClipGradNorm(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
@@ -271,13 +272,14 @@ void EmitClipGradNorm(const LoweringContext& ctx, ProgramBuilder& b, traces::Str
   // clamped coefficient): no host sync. With DTensor gradients (FSDP2) the total norm is a
   // partial sum: full_tensor() all-reduces it (torchtitan dist_utils.clip_grad_norm_).
   b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
-  b.MemoryKernel(stream, "clip_grad_norm.foreach_norm", grad_numel * kFp32Bytes, 0);
+  const int64_t grad_bytes = grad_numel * ctx.MasterBytes();
+  b.MemoryKernel(stream, "clip_grad_norm.foreach_norm", grad_bytes, 0);
   if (sharded) {
     b.Collective(stream, "clip_grad_norm.all_reduce", CollectiveType::kAllReduce, comm, kFp32Bytes,
                  DType::kFloat32);
   }
   b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
-  b.MemoryKernel(stream, "clip_grad_norm.foreach_mul", grad_numel * kFp32Bytes, grad_numel * kFp32Bytes);
+  b.MemoryKernel(stream, "clip_grad_norm.foreach_mul", grad_bytes, grad_bytes);
 }
 
 void EmitOptimizerStateConsolidation(const LoweringContext& ctx, ProgramBuilder& b,
@@ -289,7 +291,7 @@ void EmitOptimizerStateConsolidation(const LoweringContext& ctx, ProgramBuilder&
   const traces::CommSlot world = b.Comm(kCommWorld);
   for (const ConsolidationUnit& unit : units) {
     b.SetModule(unit.name);
-    const int64_t state_bytes = unit.shard_numel * kFp32Bytes;
+    const int64_t state_bytes = unit.shard_numel * ctx.MasterBytes();
     if (unit.expert && ctx.plan.checkpoint.no_broadcast_optim_state) {
       // _remove_uncollectable_params_from_optim_state_dict: rank 0 moves its own state of
       // the instance to the CPU; nothing is communicated.

@@ -47,7 +47,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       const size_t m = ctx.modules.size() - 1 - step;
       const auto& params = ctx.modules[m].params;
       for (auto it = params.rbegin(); it != params.rend(); ++it) {
-        current.bytes += it->numel * kFp32Bytes;
+        current.bytes += it->numel * ctx.MasterBytes();
         current.last_param = position++;
         if (current.bytes >= cap) {
           buckets.push_back(current);
@@ -63,7 +63,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
 
   const auto cast_numel = [&](const ModuleKernels& module) {
     int64_t numel = 0;
-    if (ctx.compute_dtype == DType::kFloat32) return numel;
+    if (ctx.compute_dtype == ctx.master_dtype) return numel;  // nothing for autocast to cast
     for (const ParamTensor& p : module.params) numel += p.matmul ? p.numel : 0;
     return numel;
   };
@@ -71,11 +71,13 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
     return cast_numel(module) * DTypeSize(ctx.compute_dtype);
   };
 
-  // Model states: fp32 parameters, AdamW moments, and the reducer's flat bucket buffers.
+  // Model states: the parameters (fp32, or bf16 under pure_bf16), AdamW moments in the same
+  // dtype, and the reducer's flat bucket buffers.
+  const int64_t master = ctx.MasterBytes();
   b.SetPhase(Phase::kNone);
-  b.Allocate("params", total_numel * kFp32Bytes, compute);
-  b.Allocate("exp_avg", total_numel * kFp32Bytes, compute);
-  b.Allocate("exp_avg_sq", total_numel * kFp32Bytes, compute);
+  b.Allocate("params", total_numel * master, compute);
+  b.Allocate("exp_avg", total_numel * master, compute);
+  b.Allocate("exp_avg_sq", total_numel * master, compute);
   for (size_t i = 0; i < buckets.size(); ++i) {
     b.Allocate(fmt::format("bucket.{}", i), buckets[i].bytes, compute);
   }
@@ -99,7 +101,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       // the forward's copies die when autocast exits and the recompute casts again.
       if (cast_bytes(module) > 0) {
         b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
-        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
+        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * master, cast_bytes(module));
       }
       EmitForwardKernels(ctx, b, compute, module);
     }
@@ -115,7 +117,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       const size_t m = ctx.modules.size() - 1 - step;
       const ModuleKernels& module = ctx.modules[m];
       b.SetModule(module.name);
-      const int64_t grad_bytes = module.param_numel() * kFp32Bytes;
+      const int64_t grad_bytes = module.param_numel() * master;
       // AccumulateGrad: the first micro-batch's gradients become .grad; later ones are
       // added into it.
       const std::string grad = mb == 0 ? "grad." + module.name : "grad_tmp." + module.name;
@@ -123,7 +125,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       const bool recompute = Checkpointed(ctx, module);
       if (recompute && cast_bytes(module) > 0) {  // the recompute runs under autocast again
         b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
-        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * kFp32Bytes, cast_bytes(module));
+        b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * master, cast_bytes(module));
       }
       // The GEMMs produce bf16 weight gradients; the cast's backward turns them into fp32.
       if (cast_bytes(module) > 0) b.Allocate("grad_lowp." + module.name, cast_bytes(module), compute);
@@ -142,23 +144,23 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
         int64_t numel = 0, cast = 0;
         for (size_t p : ready_after[k]) {
           numel += module.params[p].numel;
-          cast += module.params[p].matmul && ctx.compute_dtype != DType::kFloat32 ? module.params[p].numel : 0;
+          cast += module.params[p].matmul && ctx.compute_dtype != ctx.master_dtype ? module.params[p].numel : 0;
         }
         params_ready += static_cast<int64_t>(ready_after[k].size());
         // autocast's ToCopyBackward: the bf16 weight gradients become fp32.
         if (cast > 0) {
-          b.MemoryKernel(compute, "autocast::to_copy_backward", cast * DTypeSize(ctx.compute_dtype), cast * kFp32Bytes);
+          b.MemoryKernel(compute, "autocast::to_copy_backward", cast * DTypeSize(ctx.compute_dtype), cast * master);
         }
-        if (mb > 0) b.MemoryKernel(compute, "AccumulateGrad", 2 * numel * kFp32Bytes, numel * kFp32Bytes);
+        if (mb > 0) b.MemoryKernel(compute, "AccumulateGrad", 2 * numel * master, numel * master);
         if (!sync) continue;
         b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);
-        b.MemoryKernel(compute, "DDP::copy_grad_to_bucket", numel * kFp32Bytes, numel * kFp32Bytes);
+        b.MemoryKernel(compute, "DDP::copy_grad_to_bucket", numel * master, numel * master);
         while (next_bucket < buckets.size() && buckets[next_bucket].last_param < params_ready) {
           const std::string ready = fmt::format("bucket_ready.{}", next_bucket);
           b.Record(b.Event(ready), compute);
           b.Wait(nccl, b.Event(ready));
           b.Collective(nccl, "DDP::all_reduce", CollectiveType::kAllReduce, dp, buckets[next_bucket].bytes,
-                       DType::kFloat32);
+                       ctx.master_dtype);
           b.Record(b.Event(fmt::format("bucket_done.{}", next_bucket)), nccl);
           ++next_bucket;
         }
@@ -188,7 +190,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
   for (const ModuleKernels& module : ctx.modules) {
     b.SetModule(module.name);
     b.HostWork("python op", plan.host.python_op_overhead_ns);
-    EmitAdamW(b, compute, module.param_numel());
+    EmitAdamW(b, compute, module.param_numel(), ctx.MasterBytes());
   }
   for (const ModuleKernels& module : ctx.modules) b.Free("grad." + module.name);
   return b.Finish();

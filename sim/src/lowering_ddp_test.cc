@@ -101,6 +101,27 @@ TEST(DdpLowering, WithoutNoSyncEveryMicroBatchAllReduces) {
   MustSimulate(schedule);
 }
 
+// training.precision pure_bf16: the model itself is bf16, so autocast casts nothing and the
+// gradients all-reduced are bf16 (2 bytes per parameter).
+TEST(DdpLowering, PureBf16AllReducesBf16GradientsAndCastsNothing) {
+  Plan plan = DdpPlan(/*no_sync=*/false);
+  plan.training.precision = Precision::kPureBf16;
+  const Schedule schedule = MustLower(plan);
+  EXPECT_EQ(Collectives(schedule, "DDP::all_reduce").first, kAccum * Psi(plan) * 2);
+  EXPECT_EQ(CountOps(schedule, "autocast::to_copy"), 0);
+  EXPECT_EQ(CountOps(schedule, "autocast::to_copy_backward"), 0);
+  const traces::Program& program = schedule.ProgramOf(0);
+  for (const traces::Op& op : program.ops) {
+    const auto* a = std::get_if<traces::AllocateOp>(&op.payload);
+    if (a == nullptr) continue;
+    const std::string& tensor = program.tensors[static_cast<size_t>(a->tensor)];
+    if (tensor == "params" || tensor == "exp_avg" || tensor == "exp_avg_sq") {
+      EXPECT_EQ(a->bytes, Psi(plan) * 2) << tensor;
+    }
+  }
+  MustSimulate(schedule);
+}
+
 TEST(DdpLowering, ClipsReplicatedGradientsWithoutACollective) {
   const Schedule schedule = MustLower(DdpPlan(false));
   EXPECT_EQ(CountOps(schedule, "clip_grad_norm.foreach_norm"), 1);

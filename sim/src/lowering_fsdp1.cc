@@ -918,7 +918,7 @@ void Fsdp1Lowering::Optimizer() {
     for (const FlatParam& p : unit.params) {
       b_.SetModule(p.name);
       b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
-      EmitAdamW(b_, compute_, p.shard_numel);
+      EmitAdamW(b_, compute_, p.shard_numel, kFp32Bytes);
     }
   }
   // zero_grad(set_to_none=True) frees the sharded gradients.

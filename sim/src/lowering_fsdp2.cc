@@ -371,7 +371,7 @@ StatusOr<traces::Program> Fsdp2Lowering::Lower() {
   for (const Fsdp2Unit& unit : units_) {
     b_.SetModule(unit.name);
     for (const char* state : {"param_shard.", "exp_avg.", "exp_avg_sq."}) {
-      b_.Allocate(state + unit.name, unit.shard_numel * kFp32Bytes, compute_);
+      b_.Allocate(state + unit.name, unit.shard_numel * ctx_.MasterBytes(), compute_);
     }
   }
 
@@ -404,7 +404,7 @@ StatusOr<traces::Program> Fsdp2Lowering::Lower() {
   for (const Fsdp2Unit& unit : units_) {
     b_.SetModule(unit.name);
     b_.HostWork("python op", plan.host.python_op_overhead_ns);
-    EmitAdamW(b_, compute_, unit.shard_numel);
+    EmitAdamW(b_, compute_, unit.shard_numel, ctx_.MasterBytes());
   }
   for (Fsdp2Unit& unit : units_) {
     if (unit.grad_shard) b_.Free("grad_shard." + unit.name);
@@ -441,15 +441,17 @@ void Fsdp2Lowering::Unshard(size_t unit_index) {
     return;
   }
   const int64_t shard_bytes = u.shard_numel * ParamBytes();
-  // MixedPrecisionPolicy.param_dtype None or fp32: the fp32 shard is the all-gather input,
-  // no cast (FSDPParam.init_dtype_attrs: param_dtype equal to the original dtype is None).
-  if (param_dtype_ != DType::kFloat32) {
+  // MixedPrecisionPolicy.param_dtype None or the parameters' own dtype: the shard is the
+  // all-gather input, no cast (FSDPParam.init_dtype_attrs: param_dtype equal to the original
+  // dtype is None).
+  const bool cast_param = param_dtype_ != ctx_.master_dtype;
+  if (cast_param) {
     b_.Allocate("cast." + n, shard_bytes, copy_in_);
-    b_.MemoryKernel(copy_in_, "FSDP::cast_to_param_dtype", u.shard_numel * kFp32Bytes, shard_bytes);
+    b_.MemoryKernel(copy_in_, "FSDP::cast_to_param_dtype", u.shard_numel * ctx_.MasterBytes(), shard_bytes);
   }
   b_.Allocate("all_gather_output." + n, shard_bytes * u.group_size, copy_in_);
   b_.MemoryKernel(copy_in_, "FSDP::all_gather_copy_in", shard_bytes, shard_bytes);
-  if (param_dtype_ != DType::kFloat32) b_.Free("cast." + n);
+  if (cast_param) b_.Free("cast." + n);
   b_.Record(b_.Event("copy_in." + n), copy_in_);
   b_.Wait(all_gather_, b_.Event("copy_in." + n));
   b_.Collective(all_gather_, "FSDP::all_gather", CollectiveType::kAllGather, b_.Comm(u.comm),
@@ -679,7 +681,7 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   // The output in reduce_dtype, allocated on the reduce-scatter stream. With reduce_dtype
   // fp32 (the sharded parameters' dtype) it becomes the sharded .grad itself (views into it)
   // when none exists yet; otherwise it is cast / added into .grad and dropped.
-  const bool cast = reduce_dtype_ != DType::kFloat32;
+  const bool cast = reduce_dtype_ != ctx_.master_dtype;
   const bool all_reduce_now = Hsdp(u) && (cfg.requires_all_reduce || LastMicroBatch(micro_batch));
   const bool defer_all_reduce = Hsdp(u) && !all_reduce_now;
   const int64_t shard_bytes = u.shard_numel * ReduceBytes();
@@ -737,9 +739,9 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   if (cast) {
     // _to_dtype_if_needed(reduce_output, orig_dtype): a new fp32 tensor for the fp32 optimizer.
     new_grad = u.grad_shard ? "grad_tmp." + n : "grad_shard." + n;
-    const int64_t fp32_bytes = u.shard_numel * kFp32Bytes;
-    b_.Allocate(new_grad, fp32_bytes, post_reduce);
-    b_.MemoryKernel(post_reduce, "FSDP::cast_to_orig_dtype", shard_bytes, fp32_bytes);
+    const int64_t master_bytes = u.shard_numel * ctx_.MasterBytes();
+    b_.Allocate(new_grad, master_bytes, post_reduce);
+    b_.MemoryKernel(post_reduce, "FSDP::cast_to_orig_dtype", shard_bytes, master_bytes);
     output_is_grad = !u.grad_shard;
     // HSDP keeps the all-reduce buffer (_all_reduce_state) until the end of backward so the
     // next reduce-scatter cannot reuse it while the all-reduce still runs.
@@ -751,8 +753,8 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   }
   if (!output_is_grad) {
     // The sharded .grad exists: sharded_param.grad._local_tensor += new_sharded_grad.
-    const int64_t fp32_bytes = u.shard_numel * kFp32Bytes;
-    b_.MemoryKernel(post_reduce, "FSDP::accumulate_grad", 2 * fp32_bytes, fp32_bytes);
+    const int64_t master_bytes = u.shard_numel * ctx_.MasterBytes();
+    b_.MemoryKernel(post_reduce, "FSDP::accumulate_grad", 2 * master_bytes, master_bytes);
     if (!cast && all_reduce_now) {
       all_reduce_state_.push_back(output);  // the fp32 all-reduce buffer, held as above
     } else {

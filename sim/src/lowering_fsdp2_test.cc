@@ -348,6 +348,35 @@ TEST(Fsdp2Lowering, NoReshardAfterBackwardSkipsTheNextForwardAllGather) {
 
 // ---- Mixed precision ----------------------------------------------------------------------
 
+// torchtune's default (training.precision pure_bf16): bf16 parameters, gradients and AdamW
+// moments, no fp32 master and no MixedPrecisionPolicy — 8Ψ/N of model states, nothing cast.
+TEST(Fsdp2Lowering, PureBf16KeepsEveryStateInBf16) {
+  for (const int32_t gpus : {2, 4}) {
+    const std::string yaml = fmt::format(
+        "model: {{layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}}\n"
+        "cluster: {{preset: dgx-a100, nodes: 1, gpus_per_node: {}}}\n"
+        "strategy: fsdp2\n"
+        "training: {{seq_len: 128, micro_batch_size: 1, precision: pure_bf16}}\n",
+        gpus);
+    StatusOr<Plan> plan = ParsePlan(yaml, "<test>");
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    EXPECT_EQ(plan->fsdp2.param_dtype, DType::kBFloat16);
+    EXPECT_EQ(plan->fsdp2.reduce_dtype, DType::kBFloat16);
+    const Schedule schedule = MustLower(*plan);
+    const int64_t psi = Padded(*plan, gpus, Any), head = Padded(*plan, gpus, IsHead);
+    int64_t states = 0;
+    for (const char* prefix : {"param_shard.", "exp_avg.", "exp_avg_sq.", "grad_shard."}) {
+      states += AllocatedBytes(schedule, prefix);
+    }
+    EXPECT_EQ(states, 8 * psi / gpus) << gpus << " GPUs";
+    EXPECT_EQ(CountKernels(schedule, "FSDP::cast_to_param_dtype"), 0);
+    EXPECT_EQ(CountKernels(schedule, "FSDP::cast_to_orig_dtype"), 0);
+    EXPECT_EQ(Tally(schedule, CollectiveType::kAllGather, "dp_shard").bytes, 2 * (2 * psi - head));
+    EXPECT_EQ(Tally(schedule, CollectiveType::kReduceScatter, "dp_shard").bytes, 2 * psi);
+    EXPECT_TRUE(MustSimulate(schedule).completed);
+  }
+}
+
 TEST(Fsdp2Lowering, MixedPrecisionDtypes) {
   const Plan base = TinyPlan(4);
   const int64_t psi = Padded(base, 4, Any), head = Padded(base, 4, IsHead);

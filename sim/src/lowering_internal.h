@@ -31,6 +31,10 @@ struct LoweringContext {
   traces::DType compute_dtype = traces::DType::kBFloat16;  // activations and GEMM inputs
   // Where each activation is allocated and freed (one micro-batch; the emitters below).
   std::shared_ptr<const ActivationPlan> activations;
+  // The parameters' own dtype, which their gradients and AdamW's moments share: fp32 under
+  // mixed precision, bf16 under training.precision pure_bf16.
+  traces::DType master_dtype = traces::DType::kFloat32;
+  int64_t MasterBytes() const { return traces::DTypeSize(master_dtype); }
 };
 
 // Communicator slots. A program names the groups it uses; LowerPlan binds each rank's slot
@@ -123,8 +127,9 @@ std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module);
 
 // ---- Optimizer step ------------------------------------------------------------------------
 
-// AdamW over `numel` fp32 parameters: one multi-tensor kernel.
-void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel);
+// AdamW over `numel` parameters of `state_bytes` each (with their gradient and two moments in
+// the same dtype): one multi-tensor kernel.
+void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel, int64_t state_bytes);
 
 // clip_grad_norm_(max_norm) over the rank's `grad_numel` fp32 gradients: a norm kernel, the
 // all-reduce of the squared norm over `comm` when gradients are sharded (`sharded`), and the

@@ -353,7 +353,7 @@ traces::Program Zero12Lowering::Lower() {
   b_.HostWork("python op", plan.host.python_op_overhead_ns);
   b_.MemoryKernel(compute_, "ZeRO::unscale_and_clip_grads.mul_", partition_numel * kFp32Bytes,
                   partition_numel * kFp32Bytes);
-  EmitAdamW(b_, compute_, partition_numel);
+  EmitAdamW(b_, compute_, partition_numel, kFp32Bytes);
   b_.Free("grad_shard.fp32_partition");
   b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,
                   partition_numel * es);
@@ -1376,7 +1376,7 @@ traces::Program Zero3Lowering::Lower() {
     EmitGradNormDirect(ctx_, b_, compute_, dp_, grad_partitions, /*fp64_scalar=*/true);
   }
   EmitFlattenToFp32AndUnscale(ctx_, b_, compute_, partition_numel);
-  EmitAdamW(b_, compute_, partition_numel);
+  EmitAdamW(b_, compute_, partition_numel, kFp32Bytes);
   b_.Free("grad_shard.fp32_partition");
   b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,
                   partition_numel * es);

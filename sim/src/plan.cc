@@ -1254,7 +1254,10 @@ Status PlanParser::ReadMixedPrecision(const Entry* entry, std::string_view path,
   traces::DType param = plan.training.dtype == traces::DType::kFloat8E4M3
                             ? traces::DType::kBFloat16
                             : plan.training.dtype;
-  traces::DType reduce = traces::DType::kFloat32;
+  // Pure bf16 (torchtune) applies no MixedPrecisionPolicy: the bf16 parameters are gathered
+  // as they are and the gradients reduced in their own dtype.
+  traces::DType reduce =
+      plan.training.precision == Precision::kPureBf16 ? traces::DType::kBFloat16 : traces::DType::kFloat32;
   SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, SectionFields(entry, path, kMixedPrecisionKeys));
   if (const Entry* e = fields.Find("param_dtype")) {
     const std::string field_path = JoinPath(path, "param_dtype");
@@ -1910,6 +1913,23 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   }
   const bool zero = plan.strategy == Strategy::kZero1 || plan.strategy == Strategy::kZero2 ||
                     plan.strategy == Strategy::kZero3;
+  if (plan.training.precision == Precision::kPureBf16) {
+    const YAML::Node node = training->value["precision"];
+    const YAML::Mark mark = node ? node.Mark() : training_mark;
+    if (plan.training.dtype != traces::DType::kBFloat16) {
+      return Error(mark, "training.precision",
+                   "mixed, or training.dtype bf16 (pure_bf16 keeps parameters, gradients and "
+                   "optimizer states in bf16)",
+                   fmt::format("'pure_bf16' with training.dtype {}", Quote(traces::DTypeName(plan.training.dtype))));
+    }
+    if (plan.strategy != Strategy::kFsdp2 && plan.strategy != Strategy::kDdp) {
+      return Error(mark, "training.precision",
+                   fmt::format("mixed with strategy {} (pure_bf16 is modelled for fsdp2 and ddp, "
+                               "the way torchtune's recipes shard a bf16 model)",
+                               StrategyName(plan.strategy)),
+                   "'pure_bf16'");
+    }
+  }
   if (zero && plan.training.dtype == traces::DType::kFloat8E4M3) {
     // DeepSpeed's precisions are its fp16 and bf16 config sections or fp32
     // (deepspeed/runtime/config.py: get_fp16_enabled, get_bfloat16_enabled; DtypeEnum has

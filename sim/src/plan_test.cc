@@ -1183,6 +1183,20 @@ TEST(PlanZeroTest, Fp8IsNotADeepSpeedPrecision) {
                  "strategy: fsdp2", "training:", "  dtype: fp8"}));
 }
 
+TEST(PlanTrainingTest, PureBf16NeedsBf16AndAStrategyThatShardsABf16Model) {
+  const Plan plan = ParseOk(Lines({"model: llama3-8b", "cluster: {preset: dgx-a100}", "strategy: fsdp2",
+                                   "training:", "  precision: pure_bf16"}));
+  EXPECT_EQ(plan.training.precision, Precision::kPureBf16);
+  EXPECT_EQ(plan.fsdp2.reduce_dtype, traces::DType::kBFloat16);  // no MixedPrecisionPolicy
+  EXPECT_THAT(ParseError(Lines({"model: llama3-8b", "cluster: {preset: dgx-a100}", "strategy: fsdp2",
+                                "training:", "  precision: pure_bf16", "  dtype: fp16"})),
+              HasSubstr("test.yaml:5:14: training.precision: expected mixed, or training.dtype bf16"));
+  EXPECT_THAT(ParseError(Lines({"model: llama3-8b", "cluster: {preset: dgx-a100}", "strategy: zero3",
+                                "training:", "  precision: pure_bf16"})),
+              HasSubstr("test.yaml:5:14: training.precision: expected mixed with strategy zero3 "
+                        "(pure_bf16 is modelled for fsdp2 and ddp"));
+}
+
 TEST(PlanDdpTest, NoSync) {
   const Plan plan =
       ParseOk(Plan16(kDense4, "ddp", {"training: {grad_accum_steps: 4}", "ddp: {no_sync: true}"}));
