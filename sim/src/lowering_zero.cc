@@ -154,10 +154,12 @@ class Zero12Lowering {
     int64_t numel = 0;
     int64_t own = 0;            // elements inside this rank's partition
     bool in_partition = false;  // is_param_in_current_partition
+    int64_t offset = 0;         // first element in the flat group
   };
   void SetupBuckets();
   void AddGradToIpgBucket(size_t param);
   void ReduceIpgGrads();
+  void LegacyReducePerRank();
   void CopyGradsInPartition(int64_t numel);
   void ReleaseIpgBuffers(bool keep_grads_in_partition);
   int64_t ElementBytes() const { return DTypeSize(ctx_.compute_dtype); }
@@ -168,6 +170,7 @@ class Zero12Lowering {
   traces::StreamIndex compute_ = 0, reduction_ = 0;
   traces::CommSlot dp_ = 0;
   std::vector<Param> params_;          // flat (forward) order
+  int64_t partition_numel_ = 0;
   int64_t grads_in_partition_numel_ = 0;
   std::vector<size_t> ipg_params_;     // the bucket's parameters
   int64_t elements_in_ipg_bucket_ = 0;
@@ -219,9 +222,11 @@ traces::Program Zero12Lowering::Lower() {
     for (Param& p : params_) {
       p.own = std::max<int64_t>(0, std::min(end, offset + p.numel) - std::max(start, offset));
       p.in_partition = p.own > 0;
+      p.offset = offset;
       offset += p.numel;
     }
   }
+  partition_numel_ = partition_numel;
 
   // Model states: bit16_groups_flat (the replicated parameters), the fp32 master partition
   // and the Adam moments of the partition (created by the first step and kept).
@@ -431,6 +436,10 @@ void Zero12Lowering::ReleaseIpgBuffers(bool keep_grads_in_partition) {
 // and both stages copy the owned parameters whole into grads_in_partition.
 void Zero12Lowering::ReduceIpgGrads() {
   if (ipg_params_.empty()) return;
+  if (ctx_.plan.zero.legacy_reduce_per_rank) {
+    LegacyReducePerRank();
+    return;
+  }
   const int64_t es = ElementBytes();
   const int64_t bucket_bytes = elements_in_ipg_bucket_ * es;
   int64_t own_bytes = 0;
@@ -449,6 +458,46 @@ void Zero12Lowering::ReduceIpgGrads() {
                 ctx_.compute_dtype);
   if (own_bytes > 0) b_.MemoryKernel(reduction_, "ZeRO::copy_own_slices", own_bytes, own_bytes);
   b_.Free("reduce_scatter_input.flat_bucket");
+  if (ctx_.plan.zero.contiguous_gradients) {
+    for (size_t p : ipg_params_) {
+      if (params_[p].in_partition) CopyGradsInPartition(params_[p].numel);
+    }
+  }
+  ipg_params_.clear();
+  elements_in_ipg_bucket_ = 0;
+  ++reductions_;
+}
+
+// The 2021 stage 1/2 average_tensor (DeepSpeed 0.3.x stage2.py, fp16-only era): with
+// overlap_comm the host synchronizes the whole device (torch.cuda.synchronize()), then on the
+// reduction stream the bucket is divided by the world size and every run of consecutive
+// elements owned by one rank (rank_and_offsets) is reduced to that rank with its own
+// dist.reduce — about one bucket of traffic in all, where today's all-reduce moves two.
+void Zero12Lowering::LegacyReducePerRank() {
+  const int64_t es = ElementBytes();
+  const int64_t py = ctx_.plan.host.python_op_overhead_ns;
+  if (ctx_.plan.zero.overlap_comm) b_.DeviceSync("ZeRO::legacy.average_tensor.synchronize");
+  b_.HostWork("python op", py);
+  b_.MemoryKernel(reduction_, "ZeRO::average_tensor.div_", elements_in_ipg_bucket_ * es, elements_in_ipg_bucket_ * es);
+  std::vector<std::pair<int64_t, int64_t>> slices;  // (owning rank, elements)
+  for (size_t p : ipg_params_) {
+    const Param& param = params_[p];
+    for (int64_t at = param.offset; at < param.offset + param.numel;) {
+      const int64_t rank = at / partition_numel_;
+      const int64_t end = std::min(param.offset + param.numel, (rank + 1) * partition_numel_);
+      if (!slices.empty() && slices.back().first == rank) {
+        slices.back().second += end - at;
+      } else {
+        slices.emplace_back(rank, end - at);
+      }
+      at = end;
+    }
+  }
+  for (const auto& [rank, numel] : slices) {
+    b_.HostWork("python op", 2 * py);  // narrow, dist.reduce
+    b_.Collective(reduction_, "ZeRO::reduce", CollectiveType::kReduce, dp_, numel * es, ctx_.compute_dtype,
+                  static_cast<int32_t>(rank));
+  }
   if (ctx_.plan.zero.contiguous_gradients) {
     for (size_t p : ipg_params_) {
       if (params_[p].in_partition) CopyGradsInPartition(params_[p].numel);

@@ -205,6 +205,34 @@ TEST(ZeroLowering, Stage1ReducesOncePerStepStage2EveryMicroStep) {
   }
 }
 
+// The 2021 stage 2 average_tensor: each run of a bucket owned by one rank is reduced to that
+// rank (dist.reduce), so one step moves Ψ in reduces — never the 2Ψ of an all-reduce — after a
+// device synchronize per bucket.
+TEST(ZeroLowering, Stage2LegacyReducesEachRanksSliceToIt) {
+  Plan plan = ToyPlan(Strategy::kZero2);
+  plan.zero.overlap_comm = true;
+  plan.zero.legacy_reduce_per_rank = true;
+  plan.zero.reduce_bucket_size = 100'000;  // several buckets
+  const Schedule schedule = MustLower(plan);
+  EXPECT_EQ(CollectiveBytes(schedule, "ZeRO::allreduce_bucket", CollectiveType::kAllReduce), 0);
+  EXPECT_EQ(CollectiveBytes(schedule, "ZeRO::reduce", CollectiveType::kReduce), Psi(plan) * kBf16);
+  const int64_t buckets = CountOps(schedule, "ZeRO::legacy.average_tensor.synchronize");
+  EXPECT_GT(buckets, 1);
+  // At least one reduce per bucket and at most one per rank and bucket.
+  EXPECT_GE(CountOps(schedule, "ZeRO::reduce"), buckets);
+  EXPECT_LE(CountOps(schedule, "ZeRO::reduce"), buckets * kWorld);
+  // Every root is a rank of the group.
+  const traces::Program& program = schedule.ProgramOf(0);
+  for (const traces::Op& op : program.ops) {
+    const auto* c = std::get_if<CollectiveOp>(&op.payload);
+    if (c != nullptr && c->type == CollectiveType::kReduce) {
+      EXPECT_GE(c->peer, 0);
+      EXPECT_LT(c->peer, kWorld);
+    }
+  }
+  MustSimulate(schedule);
+}
+
 TEST(ZeroLowering, OverlapCommDoubleBuffersAndSynchronizesInTheEpilogue) {
   Plan plan = ToyPlan(Strategy::kZero2);
   plan.zero.overlap_comm = true;

@@ -717,7 +717,7 @@ ModuleKernels BuildHead(const ModelSpec& m, const Shapes& s) {
   const int64_t targets = s.tokens * kIndexBytes;
   const int32_t labels = g.Tensor("loss.targets", targets, false, /*external=*/true);
   const int32_t loss = g.Tensor("loss.value", kFp32Bytes, true);
-  if (s.kernels.compile) {
+  if (s.kernels.compile_loss) {
     // torch.compile'd cross_entropy(pred.float()): ESTIMATE of Inductor's fusion: one pass
     // computes each row's log-sum-exp from the activation-dtype logits and gathers the target
     // (nothing fp32 of size T x V is materialized); the backward recomputes the softmax and

@@ -494,6 +494,7 @@ TEST(ModelDecomposeTest, TheLossHoldsTenBytesPerLogitAtItsForwardPeak) {
   EXPECT_EQ(head.tensors[static_cast<size_t>(log_softmax->writes[0])].bytes, 4 * TV);
   // Compiled, the loss materializes nothing fp32 of size T x V.
   w.kernels.compile = true;
+  w.kernels.compile_loss = true;
   const ModuleKernels compiled = DecomposeModel(Preset("llama3-8b"), w).back();
   for (const ActivationTensor& t : compiled.tensors) EXPECT_LT(t.bytes, 4 * TV) << t.name;
 }

@@ -203,11 +203,11 @@ constexpr std::array<std::string_view, 11> kFsdp1Keys = {
     "sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers", "no_sync",
     "mixed_precision", "mesh", "implementation", "optimize_backward_concat",
     "reshard_after_forward", "bucket_cap_mb"};
-constexpr std::array<std::string_view, 12> kZeroKeys = {
+constexpr std::array<std::string_view, 13> kZeroKeys = {
     "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
     "stage3_param_persistence_threshold", "legacy_prefetch_off_by_one",
-    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path"};
+    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path", "legacy_reduce_per_rank"};
 constexpr std::array<std::string_view, 2> kMixedPrecisionKeys = {"param_dtype", "reduce_dtype"};
 constexpr std::array<std::string_view, 2> kMeshKeys = {"replicate", "shard"};
 constexpr std::array<std::string_view, 2> kDdpKeys = {"bucket_cap_mb", "no_sync"};
@@ -1077,6 +1077,12 @@ Status PlanParser::ResolveKernelChoices(const YAML::Mark& mark, Plan* plan) cons
   k.implementation = t.implementation.value_or(plan->strategy == Strategy::kFsdp2 ? ModelImplementation::kTorchtitan
                                                                                 : ModelImplementation::kHuggingFace);
   k.compile = t.compile;
+  // The loss: transformers computes it inside the compiled forward. torchtitan left it out
+  // through 2024 (train.py: "TODO: compiling loss function causes CUDA errors, turning off
+  // for now") and compiles it from 2025 (components/loss.py build_cross_entropy_loss, later
+  // compile.components); PyTorch 2.7 (April 2025) is taken as the boundary — an ESTIMATE of
+  // the date, the framework's version is not a plan key.
+  k.compile_loss = t.compile && (k.implementation != ModelImplementation::kTorchtitan || at_least(2, 7));
   // RMSNorm: transformers' LlamaRMSNorm is Python; torchtitan uses nn.RMSNorm, whose ATen op is
   // composite from PyTorch 2.4 (PR #121364) and dispatches to the fused CUDA kernel from 2.9
   // (PR #153666 merged after the 2.8 branch cut of 2025-06-24 and before 2.9's of 2025-09-08);
@@ -1597,7 +1603,8 @@ Status PlanParser::ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* ou
   for (const Entry& e : fields.entries) {
     const std::string path = JoinPath("zero", e.key);
     const std::string_view key = e.key;
-    const bool stage3_key = key.rfind("stage3_", 0) == 0 || key.rfind("legacy_", 0) == 0;
+    const bool stage3_key =
+        key.rfind("stage3_", 0) == 0 || (key.rfind("legacy_", 0) == 0 && key != "legacy_reduce_per_rank");
     // engine._configure_zero_optimizer passes the stage3_* sizes to
     // DeepSpeedZeroOptimizer_Stage3 only and allgather_bucket_size to the stage 1/2
     // DeepSpeedZeroOptimizer only; DeepSpeed ignores them elsewhere, the plan refuses them.
@@ -1606,6 +1613,12 @@ Status PlanParser::ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* ou
                       fmt::format("{} only with strategy zero3 (it only applies to ZeRO stage 3)",
                                   key),
                       fmt::format("{} with strategy {}", key, StrategyName(plan.strategy)));
+    }
+    if (key == "legacy_reduce_per_rank" && stage3) {
+      return KeyError(e, path,
+                      "legacy_reduce_per_rank only with zero1 or zero2 (the 2021 stage 1/2 "
+                      "reduction; stage 3's is legacy_per_parameter_path)",
+                      "legacy_reduce_per_rank with strategy zero3");
     }
     if (key == "allgather_bucket_size" && stage3) {
       return KeyError(e, path,
@@ -1638,6 +1651,8 @@ Status PlanParser::ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* ou
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_stream_sync_in_fetch_release));
     } else if (key == "legacy_debug_norm_sync") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_debug_norm_sync));
+    } else if (key == "legacy_reduce_per_rank") {
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_reduce_per_rank));
     } else if (key == "legacy_per_parameter_path") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_per_parameter_path));
     }

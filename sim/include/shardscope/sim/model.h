@@ -153,8 +153,10 @@ enum class RmsNormKernel : uint8_t {
 struct KernelChoices {
   ModelImplementation implementation = ModelImplementation::kTorchtitan;
   RmsNormKernel rms_norm = RmsNormKernel::kFused;
-  // torch.compile on each block and the loss: Inductor's fused kernels (estimate, see model_kernels.cc).
+  // torch.compile on each block: Inductor's fused kernels (estimate, see model_kernels.cc).
   bool compile = false;
+  // torch.compile on the loss too (no T x V fp32 logits materialized).
+  bool compile_loss = false;
   // Unfused attention (matmul, scale, mask, softmax, dropout, matmul), as transformers' "eager"
   // attention and PyTorch before scaled_dot_product_attention (2.0); otherwise one fused kernel.
   bool eager_attention = false;

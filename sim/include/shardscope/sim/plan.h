@@ -161,6 +161,8 @@ struct ZeroConfig {
   bool legacy_prefetch_off_by_one = false;          // trace step ids off by one: no prefetch
   bool legacy_stream_sync_in_fetch_release = false;// cudaStreamSynchronize in fetch and release
   bool legacy_debug_norm_sync = false;             // a debug string's tensor.norm() per fetch
+  bool legacy_reduce_per_rank = false;             // stages 1/2: a device synchronize, then a
+                                                   // dist.reduce per owning rank per bucket
   bool legacy_per_parameter_path = false;          // the 2021 per-parameter code: an all_gather
                                                    // per parameter after a torch.cuda.synchronize(),
                                                    // a reduce_scatter per parameter, two host
