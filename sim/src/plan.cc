@@ -2334,6 +2334,12 @@ StatusOr<Plan> WithRankVariant(const Plan& plan, std::vector<int32_t> ranks, Pla
   return out;
 }
 
+std::string_view PrecisionName(Precision precision) { return NameOf(kPrecisions, precision); }
+std::string_view ModelImplementationName(ModelImplementation implementation) {
+  return NameOf(kImplementations, implementation);
+}
+std::string_view RmsNormKernelName(RmsNormKernel kernel) { return NameOf(kRmsNormKernels, kernel); }
+
 std::string_view StrategyName(Strategy strategy) {
   for (const auto& entry : kStrategies) {
     if (entry.value == strategy) return entry.name;

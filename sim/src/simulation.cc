@@ -147,6 +147,16 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["host.cuda_malloc_ns"] = std::to_string(plan.host.cuda_malloc_ns);
   m["host.cuda_free_ns"] = std::to_string(plan.host.cuda_free_ns);
   m["training.dtype"] = std::string(traces::DTypeName(plan.training.dtype));
+  // What the plan resolved to (plan.cc ResolveKernelChoices): informational, not read back.
+  const KernelChoices& k = plan.training.kernels;
+  m["training.precision"] = std::string(PrecisionName(plan.training.precision));
+  m["training.pytorch_version"] = fmt::format("{}.{}", plan.training.pytorch_major, plan.training.pytorch_minor);
+  m["training.kernels.implementation"] = std::string(ModelImplementationName(k.implementation));
+  m["training.kernels.rms_norm"] = std::string(RmsNormKernelName(k.rms_norm));
+  m["training.kernels.attention"] = k.eager_attention ? "eager" : std::string(traces::AttentionImplName(k.attention));
+  m["training.kernels.repeat_kv"] = k.repeat_kv ? "1" : "0";
+  m["training.kernels.compile"] = k.compile ? "1" : "0";
+  m["training.kernels.compile_loss"] = k.compile_loss ? "1" : "0";
   m["allocator.conf"] = plan.memory.alloc_conf;
   m["allocator.memory_fraction"] = Num(plan.memory.allocator.memory_fraction);
   m["allocator.reserved_by_others_bytes"] = std::to_string(plan.memory.reserved_by_others_bytes);

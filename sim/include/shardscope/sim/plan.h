@@ -305,6 +305,12 @@ StatusOr<Plan> WithRankVariant(const Plan& plan, std::vector<int32_t> ranks, Pla
 // rank's expert load and the resolved kernel choices.
 Workload WorkloadOf(const Plan& plan);
 
+// The plan-file spellings of the precision and of the resolved kernel choices ("pure_bf16",
+// "torchtitan", "composite"), for the schedule's metadata.
+std::string_view PrecisionName(Precision precision);
+std::string_view ModelImplementationName(ModelImplementation implementation);
+std::string_view RmsNormKernelName(RmsNormKernel kernel);
+
 // Defaults with their sources (also used when a schedule JSON carries no host section).
 HostConfig DefaultHostConfig();
 ContentionConfig DefaultContentionConfig();
