@@ -170,7 +170,11 @@ GpuSpec H100Sxm5_80Gb() {
   // Measured on H100 SXM5 80GB:
   // - bf16 GEMM 794.5 TFLOP/s at 2048 x 2048 x 13312 (MAMF, torch 2.7.0+cu126, mean of 100 timed
   //   iterations): stas00/ml-engineering compute/accelerator/README.md. torch.mm at 8192^2 on
-  //   "NVIDIA H100 80GB HBM3": 797.5 (zzc0721/torch-performance-test-data issue #79).
+  //   "NVIDIA H100 80GB HBM3": 797.5 (zzc0721/torch-performance-test-data issue #79). Both are
+  //   short runs on a cold GPU (about 21 ms of matmul): a burst rate. No sustained (power-limited)
+  //   H100 measurement was found; on the H200, the same die at the same 700 W, sustained runs
+  //   hold 0.86-0.89 of the burst rate (see H200Sxm_141Gb), so this figure likely overstates a
+  //   training step's GEMMs (docs/FIDELITY.md, known gaps).
   // - fp32 GEMM 51.88 TFLOP/s: the same issue #79.
   // - BabelStream Copy 2.90 TB/s (read + write): Azure/AI-benchmarking-guide, ND H100 v5 results.
   g.measured.matmul_flops_16bit = 794.5 * kTera;
@@ -189,14 +193,20 @@ GpuSpec H200Sxm_141Gb() {
   g.hbm_bytes = 141 * kGiB;
   g.hbm_bandwidth = 4800 * kGiga;
   // Measured on H200:
-  // - bf16 GEMM 790.29 and fp32 51.34 TFLOP/s (torch.mm, best of square sizes 1024-10240; the
-  //   source states neither the form factor nor which size was best: we take 8192^3, where the H100
-  //   rows of the same table peak; ESTIMATE of the shape): zzc0721/torch-performance-test-data
-  //   database.md, "NVIDIA H200".
+  // - bf16 GEMM 722 TFLOP/s at 3072 x 2816 x 8192, sustained: mamf-finder's MSMF (the rate a
+  //   shape holds over a 4 s window once the clock has settled at the power limit: "681W
+  //   1612MHz"; the same shape bursts at 842 on a cold GPU), stas00/ml-engineering
+  //   compute/accelerator/benchmarks/README.md, "Reading the output". A training step runs at
+  //   the power limit, so the sustained figure is the one that applies; the README's automatic
+  //   search sustains 743-755 at its best shapes. (Short torch.mm runs give 790.29:
+  //   zzc0721/torch-performance-test-data database.md.)
+  // - fp32 GEMM 51.34 TFLOP/s (torch.mm, short runs): the same zzc0721 database, "NVIDIA H200".
   // - BabelStream Copy 4.01 TB/s (read + write), H200 141GB SXM: Azure/AI-benchmarking-guide
   //   Azure_Results/ND_H200_v5_results.md.
-  g.measured.matmul_flops_16bit = 790.29 * kTera;
-  g.measured.matmul_m = g.measured.matmul_n = g.measured.matmul_k = 8192;
+  g.measured.matmul_flops_16bit = 722 * kTera;
+  g.measured.matmul_m = 3072;
+  g.measured.matmul_n = 2816;
+  g.measured.matmul_k = 8192;
   g.measured.matmul_flops_fp32 = 51.34 * kTera;
   g.measured.copy_bandwidth = 4.01 * kTera;
   return g;

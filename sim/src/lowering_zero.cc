@@ -160,6 +160,7 @@ class Zero12Lowering {
   void AddGradToIpgBucket(size_t param);
   void ReduceIpgGrads();
   void LegacyReducePerRank();
+  void FinishIpgReduction();
   void CopyGradsInPartition(int64_t numel);
   void ReleaseIpgBuffers(bool keep_grads_in_partition);
   int64_t ElementBytes() const { return DTypeSize(ctx_.compute_dtype); }
@@ -411,6 +412,19 @@ void Zero12Lowering::CopyGradsInPartition(int64_t numel) {
   b_.MemoryKernel(reduction_, "ZeRO::copy_grads_in_partition", numel * es, numel * es);
 }
 
+// After a bucket's reduction, per parameter: the owned ones are copied whole into
+// grads_in_partition (contiguous_gradients); the bucket starts empty again.
+void Zero12Lowering::FinishIpgReduction() {
+  if (ctx_.plan.zero.contiguous_gradients) {
+    for (size_t p : ipg_params_) {
+      if (params_[p].in_partition) CopyGradsInPartition(params_[p].numel);
+    }
+  }
+  ipg_params_.clear();
+  elements_in_ipg_bucket_ = 0;
+  ++reductions_;
+}
+
 void Zero12Lowering::ReleaseIpgBuffers(bool keep_grads_in_partition) {
   for (int32_t i = 0; i < ipg_buffers_; ++i) b_.Free(fmt::format("bucket.ipg.{}", i));
   ipg_buffers_ = 0;
@@ -458,14 +472,7 @@ void Zero12Lowering::ReduceIpgGrads() {
                 ctx_.compute_dtype);
   if (own_bytes > 0) b_.MemoryKernel(reduction_, "ZeRO::copy_own_slices", own_bytes, own_bytes);
   b_.Free("reduce_scatter_input.flat_bucket");
-  if (ctx_.plan.zero.contiguous_gradients) {
-    for (size_t p : ipg_params_) {
-      if (params_[p].in_partition) CopyGradsInPartition(params_[p].numel);
-    }
-  }
-  ipg_params_.clear();
-  elements_in_ipg_bucket_ = 0;
-  ++reductions_;
+  FinishIpgReduction();
 }
 
 // The 2021 stage 1/2 average_tensor (DeepSpeed 0.3.x stage2.py, fp16-only era): with
@@ -498,14 +505,7 @@ void Zero12Lowering::LegacyReducePerRank() {
     b_.Collective(reduction_, "ZeRO::reduce", CollectiveType::kReduce, dp_, numel * es, ctx_.compute_dtype,
                   static_cast<int32_t>(rank));
   }
-  if (ctx_.plan.zero.contiguous_gradients) {
-    for (size_t p : ipg_params_) {
-      if (params_[p].in_partition) CopyGradsInPartition(params_[p].numel);
-    }
-  }
-  ipg_params_.clear();
-  elements_in_ipg_bucket_ = 0;
-  ++reductions_;
+  FinishIpgReduction();
 }
 
 // ---------------------------------------------------------------------------------------
