@@ -1253,27 +1253,26 @@ void Zero3Lowering::LegacyStepHostChecks(const std::vector<int64_t>& grad_partit
     read_back("ZeRO::legacy.gpu_sum.item", kFp32Bytes);
     send("ZeRO::legacy.gpu_sum.zeros", kFp32Bytes);
   }
-  for (int64_t numel : grad_partitions) {
-    b_.HostWork("python op", py);
-    b_.Allocate("overflow_check.float", numel * kFp32Bytes, compute_);
-    b_.MemoryKernel(compute_, "ZeRO::legacy.has_inf_or_nan.float", numel * es, numel * kFp32Bytes);
-    b_.HostWork("python op", py);
-    b_.MemoryKernel(compute_, "ZeRO::legacy.has_inf_or_nan.sum", numel * kFp32Bytes, kFp32Bytes);
-    b_.Free("overflow_check.float");
-    read_back("ZeRO::legacy.has_inf_or_nan.item", kFp32Bytes);
-  }
+  // Per gradient partition: widen into a temporary, reduce it to a scalar, read that back.
+  const auto widen_reduce_read = [&](const char* temporary, const char* widen, const char* reduce,
+                                     const char* item, int64_t wide_bytes) {
+    for (int64_t numel : grad_partitions) {
+      b_.HostWork("python op", py);
+      b_.Allocate(temporary, numel * wide_bytes, compute_);
+      b_.MemoryKernel(compute_, widen, numel * es, numel * wide_bytes);
+      b_.HostWork("python op", py);
+      b_.MemoryKernel(compute_, reduce, numel * wide_bytes, wide_bytes);
+      b_.Free(temporary);
+      read_back(item, wide_bytes);
+    }
+  };
+  widen_reduce_read("overflow_check.float", "ZeRO::legacy.has_inf_or_nan.float", "ZeRO::legacy.has_inf_or_nan.sum",
+                    "ZeRO::legacy.has_inf_or_nan.item", kFp32Bytes);
   send("ZeRO::legacy.overflow_flag", 1);
   b_.Collective(compute_, "ZeRO::legacy.overflow.all_reduce", CollectiveType::kAllReduce, dp_, 1, DType::kInt8);  // a ByteTensor
   read_back("ZeRO::legacy.overflow.item", 1);
-  for (int64_t numel : grad_partitions) {
-    b_.HostWork("python op", py);
-    b_.Allocate("grad_norm.double", numel * kFp64Bytes, compute_);
-    b_.MemoryKernel(compute_, "ZeRO::get_grad_norm_direct.double", numel * es, numel * kFp64Bytes);
-    b_.HostWork("python op", py);
-    b_.MemoryKernel(compute_, "ZeRO::get_grad_norm_direct.norm", numel * kFp64Bytes, kFp64Bytes);
-    b_.Free("grad_norm.double");
-    read_back("ZeRO::legacy.grad_norm.item", kFp64Bytes);
-  }
+  widen_reduce_read("grad_norm.double", "ZeRO::get_grad_norm_direct.double", "ZeRO::get_grad_norm_direct.norm",
+                    "ZeRO::legacy.grad_norm.item", kFp64Bytes);
   send("ZeRO::legacy.total_norm", kFp32Bytes);
   b_.Collective(compute_, "ZeRO::get_grad_norm_direct.all_reduce", CollectiveType::kAllReduce, dp_, kFp32Bytes,
                 DType::kFloat32);
