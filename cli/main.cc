@@ -4,6 +4,7 @@
 // schedule, arguments). Files are written to a temporary name and renamed into place, so a
 // failed run never leaves a half-written output.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -257,7 +258,10 @@ struct AllocTraceOptions {
   std::string plan;
   std::string output;
   int32_t rank = 0;
-  double device_memory_gb = 16;  // fits every data-center GPU, so the trace runs on any of them
+  // 0: the plan's GPU as the simulator sees it (AllocatorCapacity: the preset's memory less
+  // the CUDA context and what the plan reserves for others), so the trace OOMs where the
+  // simulation does. Give a smaller figure to replay the trace on a GPU that has less.
+  double device_memory_gb = 0;
 };
 
 Status RunAllocReplay(const AllocTraceOptions& options) {
@@ -287,17 +291,20 @@ Status RunAllocReplay(const AllocTraceOptions& options) {
 
 Status RunAllocTrace(const AllocTraceOptions& options) {
   constexpr double kBytesPerGiB = double(int64_t{1} << 30);
-  if (!(options.device_memory_gb > 0) || options.device_memory_gb * kBytesPerGiB > 9.0e18) {
+  if (options.device_memory_gb < 0 || !std::isfinite(options.device_memory_gb) ||
+      options.device_memory_gb * kBytesPerGiB > 9.0e18) {
     return Status::InvalidInput(
         fmt::format("--device-memory-gb: expected a positive number of GiB, got {}", options.device_memory_gb));
   }
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(options.plan));
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule schedule, sim::LowerPlan(plan));
+  SHARDSCOPE_ASSIGN_OR_RETURN(shardscope::cli::LoadedInput input, shardscope::cli::LoadInput(options.plan));
+  const traces::Schedule& schedule = input.schedule;
   if (options.rank < 0 || options.rank >= schedule.world_size()) {
     return Status::InvalidInput(fmt::format("{}: --rank {} is outside the world of {} ranks", options.plan,
                                             options.rank, schedule.world_size()));
   }
-  const auto device_bytes = static_cast<int64_t>(options.device_memory_gb * kBytesPerGiB);
+  const int64_t device_bytes = options.device_memory_gb > 0
+                                   ? static_cast<int64_t>(options.device_memory_gb * kBytesPerGiB)
+                                   : sim::AllocatorCapacity(input.setup, options.rank);
   sim::AllocTrace trace = sim::AllocTraceFromSchedule(schedule, options.rank, device_bytes);
   trace.description = fmt::format("{}, rank {}: {}", std::filesystem::path(options.plan).filename().string(),
                                   options.rank, trace.description);
@@ -360,11 +367,12 @@ int main(int argc, char** argv) {
   alloc_replay_cmd->add_option("trace", alloc.replay_input, "Allocation trace JSON")->required()->check(CLI::ExistingFile);
   alloc_replay_cmd->add_flag("--json", alloc.replay_json, "Print the statistics as JSON (torch.cuda.memory_stats() keys)");
   CLI::App* alloc_trace_cmd = app.add_subcommand("alloc-trace", "Write the allocation trace of one rank of a plan");
-  alloc_trace_cmd->add_option("plan", alloc.plan, "Plan YAML")->required()->check(CLI::ExistingFile);
+  alloc_trace_cmd->add_option("plan", alloc.plan, "Plan YAML (or schedule JSON)")->required()->check(CLI::ExistingFile);
   alloc_trace_cmd->add_option("--rank", alloc.rank, "Rank whose program is traced")->capture_default_str();
   alloc_trace_cmd->add_option("-o,--output", alloc.output, "Allocation trace JSON to write")->required();
-  alloc_trace_cmd->add_option("--device-memory-gb", alloc.device_memory_gb, "Device memory of the trace, in GiB")
-      ->capture_default_str();
+  alloc_trace_cmd->add_option("--device-memory-gb", alloc.device_memory_gb,
+                              "Device memory of the trace, in GiB (default: what the simulator gives the plan's "
+                              "GPU: its memory less the CUDA context and memory reserved by others)");
 
   const shardscope::cli::CommandRunner memory_runner = shardscope::cli::AddMemoryCommand(app);
   const shardscope::cli::CommandRunner fit_runner = shardscope::cli::AddFitCommand(app);

@@ -51,6 +51,20 @@ constexpr int kProfileVersion = 1;
 // sizes a few percent apart (padding differences) the two are not separable, and the least-
 // squares system is singular in all but name.
 constexpr double kMinSizeSpread = 1.2;
+// A trace belongs to the schedule when at least this share of its slices that carry an op id
+// join an op of the same kind (a kernel slice to a kernel or collective, a copy to a memcpy).
+// shardscope's own traces of the schedule join all of them; op ids are small integers, so a
+// trace of another schedule joins some by accident, with the wrong kinds.
+constexpr double kMinJoinedShare = 0.9;
+// Plausibility bounds on fitted figures (CalibrationFit::warnings). A fitted FLOP efficiency
+// above 1 beats the tensor cores' peak; memory-bound kernels stream (read + written) at no
+// more than the datasheet HBM bandwidth and, on every GPU this project has a copy measurement
+// for, at more than half of it, so a quarter is "far below"; a CUDA launch costs a few
+// microseconds of host time (compute_model.h), so 100 us means the host was not launching.
+constexpr double kMaxPlausibleEfficiency = 1.0;
+constexpr double kMaxPlausibleBandwidthShare = 1.05;  // 5% for clock and counting slack
+constexpr double kMinPlausibleBandwidthShare = 0.25;
+constexpr double kMaxPlausibleLaunchNs = 100e3;
 
 // floor(log10(x)) for x > 0, exact at powers of ten.
 int32_t Decade(double x) {
@@ -334,8 +348,57 @@ void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config) {
 
 // ---- Fitting
 
+namespace {
+
+// Whether a device slice (tid >= 1) can have been launched by `op`: a kernel slice by a
+// kernel or a collective, a copy by a memcpy. Other categories (annotations) are not checked.
+bool SliceKindMatches(const traces::Slice& slice, const traces::Op& op) {
+  switch (slice.category) {
+    case traces::Category::kKernel:
+      return std::holds_alternative<KernelOp>(op.payload) || std::holds_alternative<CollectiveOp>(op.payload);
+    case traces::Category::kGpuMemcpy:
+      return std::holds_alternative<traces::MemcpyOp>(op.payload);
+    default:
+      return true;
+  }
+}
+
+// Flags fitted figures no run of `gpu` can produce (the bounds are at the top of the file):
+// a trace from another GPU, from the host backend's scaled busy-waits, or with a clock error.
+void AddPlausibilityWarnings(const GpuSpec& gpu, CalibrationFit& fit) {
+  const CalibrationProfile& p = fit.profile;
+  for (const GemmCalibration& g : p.gemm) {
+    if (g.efficiency > kMaxPlausibleEfficiency) {
+      fit.warnings.push_back(fmt::format("GEMM {} 1e{} FLOPs: efficiency {:.3g} is above {}'s peak {} FLOP/s",
+                                         DTypeText(g.dtype), g.flops_decade, g.efficiency, gpu.name,
+                                         PeakFlops(gpu, g.dtype)));
+    }
+  }
+  for (const AttentionCalibration& a : p.attention) {
+    if (a.efficiency > kMaxPlausibleEfficiency) {
+      fit.warnings.push_back(fmt::format("attention {} {}: efficiency {:.3g} is above {}'s peak", DTypeText(a.dtype),
+                                         a.backward ? "backward" : "forward", a.efficiency, gpu.name));
+    }
+  }
+  if (p.memory_bandwidth && gpu.hbm_bandwidth > 0) {
+    const double share = p.memory_bandwidth->value / gpu.hbm_bandwidth;
+    if (share > kMaxPlausibleBandwidthShare || share < kMinPlausibleBandwidthShare) {
+      fit.warnings.push_back(fmt::format("memory bandwidth {:.3g} GB/s is {:.2f}x {}'s datasheet {:.3g} GB/s",
+                                         p.memory_bandwidth->value * 1e-9, share, gpu.name,
+                                         gpu.hbm_bandwidth * 1e-9));
+    }
+  }
+  if (p.launch_overhead_ns && p.launch_overhead_ns->value > kMaxPlausibleLaunchNs) {
+    fit.warnings.push_back(fmt::format("launch cost {:.0f} ns per launch: a CUDA launch takes a few microseconds",
+                                       p.launch_overhead_ns->value));
+  }
+}
+
+}  // namespace
+
 StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const ClusterSpec& cluster,
-                                        const std::vector<const traces::Timeline*>& measured) {
+                                        const std::vector<const traces::Timeline*>& measured,
+                                        const std::vector<std::string>& names) {
   CalibrationFit out;
   CalibrationProfile& profile = out.profile;
   profile.gpu = cluster.gpu.name;
@@ -354,12 +417,20 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
   std::vector<double> launches;
   for (size_t ti = 0; ti < measured.size(); ++ti) {
     const traces::Timeline& timeline = *measured[ti];
+    const std::string name = ti < names.size() ? names[ti] : fmt::format("measured trace #{}", ti + 1);
+    if (timeline.info.world_size != schedule.world_size()) {
+      return Status::InvalidInput(fmt::format(
+          "{}: distributedInfo.world_size is {}, the schedule has {} ranks: this trace is not a run of it", name,
+          timeline.info.world_size, schedule.world_size()));
+    }
+    int64_t with_id = 0, joined_here = 0;
     std::map<int32_t, std::vector<size_t>> kernels_of_rank;  // rank -> indices into kernels
     std::map<int32_t, std::vector<Interval>> comm_of_rank;
     std::map<std::pair<int32_t, int64_t>, size_t> instance_of;  // (communicator, seq) -> index
     const size_t first_instance = collectives.size();
     for (const traces::Slice& s : timeline.slices) {
       if (s.op_id < 0) continue;
+      ++with_id;
       if (s.pid < 0 || s.pid >= schedule.world_size()) {
         ++out.unmatched_slices;
         continue;
@@ -367,11 +438,12 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
       const traces::RankBinding& binding = schedule.ranks[static_cast<size_t>(s.pid)];
       const auto& index = ops_by_id[static_cast<size_t>(binding.program)];
       auto found = index.find(s.op_id);
-      if (found == index.end()) {
+      if (found == index.end() || (s.tid != 0 && !SliceKindMatches(s, *found->second))) {
         ++out.unmatched_slices;
         continue;
       }
       ++out.joined_slices;
+      ++joined_here;
       const traces::Op& op = *found->second;
       if (s.tid == 0) {
         const bool launch = std::holds_alternative<KernelOp>(op.payload) ||
@@ -407,6 +479,13 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
         c.last_end = std::max(c.last_end, run.end);
         c.members.push_back(s.pid);
       }
+    }
+    if (with_id > 0 && static_cast<double>(joined_here) < kMinJoinedShare * static_cast<double>(with_id)) {
+      return Status::InvalidInput(fmt::format(
+          "{}: only {} of {} slices with op ids ({:.0f}%) join an op of the same kind in the schedule (at least "
+          "{:.0f}% expected): this trace is a run of another schedule",
+          name, joined_here, with_id, 100.0 * static_cast<double>(joined_here) / static_cast<double>(with_id),
+          100 * kMinJoinedShare));
     }
     // Overlaps within this timeline.
     std::map<int32_t, std::vector<Interval>> compute_union;
@@ -730,6 +809,7 @@ StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const 
     }
     profile.compute_slowdown = fit_slowdown(compute_points);
   }
+  AddPlausibilityWarnings(cluster.gpu, out);
   return out;
 }
 

@@ -126,6 +126,7 @@ Measured MeasureWithTrueCosts() {
   const TrueCosts costs(m.schedule, m.setup.cluster);
   std::vector<int32_t> all;
   for (int32_t r = 0; r < m.schedule.world_size(); ++r) all.push_back(r);
+  m.timeline.info.world_size = m.schedule.world_size();  // as the trace writer's header says
   TraceRecorder recorder(m.schedule, all, m.timeline);
   StatusOr<SimulationResult> result =
       Simulate(m.schedule, costs, TrueEngineConfig(m.setup, m.schedule.world_size()), &recorder);
@@ -298,6 +299,7 @@ TEST(Calibration, ATraceOfAnotherScheduleJoinsNothing) {
   StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
   ASSERT_TRUE(setup.ok());
   traces::Timeline foreign;
+  foreign.info.world_size = schedule.world_size();
   traces::Slice s;
   s.op_id = -1;  // an imported PyTorch trace: no op ids
   s.name = "sm90_xmma_gemm";
@@ -305,6 +307,55 @@ TEST(Calibration, ATraceOfAnotherScheduleJoinsNothing) {
   StatusOr<CalibrationFit> fit = FitCalibration(schedule, setup->cluster, {&foreign});
   ASSERT_FALSE(fit.ok());
   EXPECT_THAT(fit.status().message(), HasSubstr("no measured slice joins an op of the schedule"));
+}
+
+TEST(Calibration, RefusesATraceOfAnotherWorldSize) {
+  Measured m = MeasureWithTrueCosts();
+  m.timeline.info.world_size = m.schedule.world_size() * 2;
+  StatusOr<CalibrationFit> fit = FitCalibration(m.schedule, m.setup.cluster, {&m.timeline}, {"run/trace.json"});
+  ASSERT_FALSE(fit.ok());
+  EXPECT_EQ(fit.status().code(), StatusCode::kInvalidInput);
+  EXPECT_THAT(fit.status().message(), HasSubstr("run/trace.json: distributedInfo.world_size is"));
+}
+
+TEST(Calibration, RefusesATraceWhoseOpIdsJoinOpsOfAnotherKind) {
+  Measured m = MeasureWithTrueCosts();
+  // Every kernel slice relabelled as a copy: the op ids exist, but no kernel op launches a
+  // copy, so (almost) nothing joins with the right kind.
+  int64_t relabelled = 0;
+  for (traces::Slice& s : m.timeline.slices) {
+    if (s.tid != 0 && s.op_id >= 0 && s.category == traces::Category::kKernel) {
+      s.category = traces::Category::kGpuMemcpy;
+      ++relabelled;
+    }
+  }
+  ASSERT_GT(relabelled, 0);
+  StatusOr<CalibrationFit> fit = FitCalibration(m.schedule, m.setup.cluster, {&m.timeline}, {"other/trace.json"});
+  ASSERT_FALSE(fit.ok());
+  EXPECT_THAT(fit.status().message(), HasSubstr("other/trace.json: only"));
+  EXPECT_THAT(fit.status().message(), HasSubstr("this trace is a run of another schedule"));
+}
+
+TEST(Calibration, FlagsFitsNoRunOfTheGpuCanProduce) {
+  Measured m = MeasureWithTrueCosts();
+  {
+    StatusOr<CalibrationFit> fit = FitCalibration(m.schedule, m.setup.cluster, {&m.timeline});
+    ASSERT_TRUE(fit.ok()) << fit.status().message();
+    EXPECT_THAT(fit->warnings, ::testing::IsEmpty()) << "the true costs are plausible";
+  }
+  // The host backend at --time-scale 0.01: every device duration a hundredth of the GPU's.
+  for (traces::Slice& s : m.timeline.slices) {
+    if (s.tid == 0) continue;
+    s.ts_ns /= 100;
+    s.dur_ns = std::max<int64_t>(1, s.dur_ns / 100);
+  }
+  StatusOr<CalibrationFit> fit = FitCalibration(m.schedule, m.setup.cluster, {&m.timeline});
+  ASSERT_TRUE(fit.ok()) << fit.status().message();
+  ASSERT_THAT(fit->warnings, ::testing::Not(::testing::IsEmpty()));
+  std::string all;
+  for (const std::string& w : fit->warnings) all += w + "\n";
+  EXPECT_THAT(all, HasSubstr("memory bandwidth")) << all;
+  EXPECT_THAT(all, HasSubstr("datasheet")) << all;
 }
 
 }  // namespace

@@ -318,6 +318,7 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
           fmt::format("{}: /metadata/cluster.calibration: {}", label, profile.status().message()));
     }
     setup.calibration = std::make_shared<const CalibrationProfile>(std::move(profile).value());
+    setup.calibration_path = path;
   }
   if (md.Has("oom.policy")) {
     const std::string policy = md.String("oom.policy", "raise");
@@ -674,6 +675,20 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                   {"gpu", setup.cluster.gpu.name},
                   {"nodes", setup.cluster.nodes},
                   {"gpus_per_node", setup.cluster.gpus_per_node}};
+  // null: the default cost models; else the profile `shardscope calibrate` fitted, and how
+  // many of its buckets can replace a default (the others fall back to the models).
+  j["calibration"] = nullptr;
+  if (setup.calibration) {
+    const CalibrationProfile& p = *setup.calibration;
+    j["calibration"] = {{"profile", setup.calibration_path},
+                        {"gpu", p.gpu},
+                        {"gemm_buckets", p.gemm.size()},
+                        {"attention_buckets", p.attention.size()},
+                        {"collective_buckets", p.collectives.size()},
+                        {"memory_bandwidth", p.memory_bandwidth.has_value()},
+                        {"launch_overhead", p.launch_overhead_ns.has_value()},
+                        {"contention", p.compute_slowdown.has_value() || p.comm_slowdown.has_value()}};
+  }
   // false: the throughput figures below are 0 (a hang, or an OOM the ranks agreed on)
   j["completed"] = !result.hung && !result.oom_agreed;
   j["step_time_ns"] = result.step_ns > 0 ? result.step_ns : result.makespan_ns;
@@ -836,6 +851,14 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
   std::string out;
   out += fmt::format("{}: {} ranks on {} x {} ({})\n", setup.label, schedule.world_size(), setup.cluster.nodes,
                      setup.cluster.name, setup.cluster.gpu.name);
+  if (setup.calibration) {
+    const CalibrationProfile& p = *setup.calibration;
+    out += fmt::format("  costs calibrated by {}: {} GEMM, {} attention, {} collective bucket(s){}{}{}; "
+                       "the rest from the default models\n",
+                       setup.calibration_path, p.gemm.size(), p.attention.size(), p.collectives.size(),
+                       p.memory_bandwidth ? ", memory bandwidth" : "", p.launch_overhead_ns ? ", launch cost" : "",
+                       p.compute_slowdown || p.comm_slowdown ? ", contention" : "");
+  }
   if (result.hung) {
     out += fmt::format("  the step does not complete ({} rank(s) stuck: out of memory or a hang, below)\n",
                        result.blocked.size());

@@ -50,6 +50,41 @@ grep -q "calibration: profile.yaml" "$work/calibrated.yaml" || fail "test setup:
 out=$("$bin" simulate "$work/calibrated.yaml" -q -o "$work/calsim" 2>&1)
 code=$?
 [ "$code" -eq 0 ] || fail "simulate calibrated plan: exit $code: $out"
+# ... and says so, in the summary and in report.json.
+"$bin" simulate "$work/calibrated.yaml" -o "$work/calsim2" >"$work/calsim2.txt" 2>&1 || fail "simulate calibrated plan (summary)"
+grep -q "costs calibrated by .*profile.yaml: " "$work/calsim2.txt" || fail "calibrated summary: no profile line: $(cat "$work/calsim2.txt")"
+/usr/bin/python3 - "$work/calsim2/report.json" "$work/sim/report.json" <<'PY' || fail "report.json calibration key"
+import json, sys
+c = json.load(open(sys.argv[1]))["calibration"]
+assert c["profile"].endswith("profile.yaml") and c["launch_overhead"] is True, c
+assert json.load(open(sys.argv[2]))["calibration"] is None
+PY
+
+# Traces that are not runs of the schedule are refused (exit 2, named), nothing written.
+"$bin" simulate examples/small-fsdp2-8gpu.yaml -q --trace-ranks 0 -o "$work/other" >/dev/null 2>&1 || fail "simulate other"
+out=$("$bin" calibrate "$work/other/trace.json" --schedule "$work/schedule.json" -o "$work/p2.yaml" 2>&1)
+code=$?
+[ "$code" -eq 2 ] || fail "calibrate with an 8-rank trace: exit $code, expected 2: $out"
+grep -q "world_size is 8, the schedule has 2 ranks" <<<"$out" || fail "calibrate world size: $out"
+[ ! -e "$work/p2.yaml" ] || fail "calibrate world size: profile written"
+# Measured on another GPU (report.json beside the trace says so).
+cp -r "$work/sim" "$work/othergpu"
+sed -i 's/"gpu": "[^"]*"/"gpu": "v100-sxm2-32gb"/' "$work/othergpu/report.json"
+out=$("$bin" calibrate "$work/othergpu/trace.json" --schedule "$work/schedule.json" -o "$work/p3.yaml" 2>&1)
+code=$?
+[ "$code" -eq 2 ] || fail "calibrate on another GPU: exit $code, expected 2: $out"
+grep -q "measured with GPU preset v100-sxm2-32gb" <<<"$out" || fail "calibrate other GPU message: $out"
+[ ! -e "$work/p3.yaml" ] || fail "calibrate other GPU: profile written"
+
+# alloc-trace takes the plan's GPU capacity (what simulate's report calls capacity_bytes).
+"$bin" alloc-trace examples/tiny-fsdp2-2gpu.yaml --rank 0 -o "$work/alloc.json" >/dev/null 2>&1 || fail "alloc-trace"
+/usr/bin/python3 - "$work/alloc.json" "$work/sim/report.json" <<'PY' || fail "alloc-trace capacity"
+import json, sys
+trace = json.load(open(sys.argv[1]))
+ranks = json.load(open(sys.argv[2]))["ranks"]
+cap = [r for r in ranks if r["rank"] == 0][0]["capacity_bytes"]
+assert trace["device_memory_bytes"] == cap, (trace["device_memory_bytes"], cap)
+PY
 # A missing profile is bad input, named at its key.
 sed 's/^cluster:$/cluster:\n  calibration: missing.yaml/' examples/tiny-fsdp2-2gpu.yaml > "$work/missing.yaml"
 out=$("$bin" simulate "$work/missing.yaml" -q -o "$work/missing" 2>&1)

@@ -120,13 +120,20 @@ struct CalibrationFit {
   int64_t joined_slices = 0;       // slices matched to a schedule op
   int64_t unmatched_slices = 0;    // slices with an op id the schedule does not have
   std::vector<std::string> notes;  // points skipped and why, by kind
+  // Fitted figures no run of the cluster's GPU can produce (an efficiency above 1, a memory
+  // bandwidth above or far below the datasheet's, a launch cost of 100 us or more): the trace
+  // is probably from another GPU or from the host backend. The profile is still written.
+  std::vector<std::string> warnings;
 };
 
 // Fits the profile from measured timelines of `schedule` run on `cluster` (several files
-// add up: one per rank or several runs). InvalidInput when nothing joins (no op ids, or a
-// trace of another schedule).
+// add up: one per rank or several runs). `names` name the timelines in errors (default
+// "measured trace #i"). InvalidInput when a trace does not belong to the schedule: its
+// distributedInfo.world_size differs, fewer than 90% of its slices with op ids join an op of
+// the same kind, or nothing joins at all (no op ids).
 StatusOr<CalibrationFit> FitCalibration(const traces::Schedule& schedule, const ClusterSpec& cluster,
-                                        const std::vector<const traces::Timeline*>& measured);
+                                        const std::vector<const traces::Timeline*>& measured,
+                                        const std::vector<std::string>& names = {});
 
 // The residual table `shardscope calibrate` prints: one row per fitted quantity with its
 // value, the default it replaces, the point count and the RMS relative error.

@@ -35,6 +35,7 @@ struct SimulationSetup {
   // metadata "cluster.calibration": the profile the costs come from (calibration.h); its
   // launch cost and contention factors are already in `host` and `contention`.
   std::shared_ptr<const CalibrationProfile> calibration;
+  std::string calibration_path;          // the profile's file, as the plan names it
   double model_flops_per_rank_step = 0;  // 0 when unknown (hand-written schedules)
   int64_t tokens_per_rank_step = 0;
   // metadata "mfu.<convention>.flops_per_token" / ".peak_flops" (mfu_conventions.h): how
