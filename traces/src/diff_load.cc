@@ -46,16 +46,20 @@ StatusOr<DiffSide> LoadDiffSide(const std::string& path) {
     side.source = path;
     return side;
   }
-  // Per-rank traces (PyTorch profiler: one file per rank): every *.json, in name order.
+  // Per-rank traces (PyTorch profiler: one file per rank): every *.json and *.json.gz, in
+  // name order.
   std::vector<std::string> files;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path().string());
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) {
+      files.push_back(entry.path().string());
+    }
   }
   if (error) return Status::InvalidInput(fmt::format("{}: cannot list the directory: {}", path, error.message()));
   std::sort(files.begin(), files.end());
   if (files.empty()) {
     return Status::InvalidInput(
-        fmt::format("{}: the directory holds neither trace.json nor per-rank *.json trace files", path));
+        fmt::format("{}: the directory holds neither trace.json nor per-rank *.json / *.json.gz trace files", path));
   }
   DiffSide side;
   side.source = path;
@@ -81,6 +85,42 @@ StatusOr<DiffSide> LoadDiffSide(const std::string& path) {
     }
     side.file_names.push_back(file);
     side.files.push_back(std::move(timeline));
+  }
+  return side;
+}
+
+StatusOr<DiffSide> LoadTraceFiles(const std::vector<std::string>& paths, std::vector<std::string>* warnings) {
+  if (paths.empty()) return Status::InvalidInput("expected at least one trace");
+  if (paths.size() == 1) return LoadDiffSide(paths[0]);
+  DiffSide side;
+  std::map<int32_t, std::string> rank_files;  // ranks of files that hold one rank each
+  for (size_t i = 0; i < paths.size(); ++i) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(DiffSide one, LoadDiffSide(paths[i]));
+    for (size_t f = 0; f < one.files.size(); ++f) {
+      int32_t rank = one.file_rank[f];
+      // A PyTorch-profiler file without distributedInfo reads as rank 0 of a world of 1;
+      // among several files that says nothing, so its position in the arguments decides (as
+      // `shardscope import` does), with a warning.
+      if (rank != DiffSide::kPidIsRank && one.files[f].info.world_size <= 1) {
+        rank = static_cast<int32_t>(i);
+        if (warnings != nullptr) {
+          warnings->push_back(fmt::format("{}: no distributedInfo (or world_size 1); taken as rank {} from its "
+                                          "position in the arguments",
+                                          one.file_names[f], rank));
+        }
+      }
+      if (rank != DiffSide::kPidIsRank) {
+        auto [it, inserted] = rank_files.emplace(rank, one.file_names[f]);
+        if (!inserted) {
+          return Status::InvalidInput(fmt::format("{}: rank {} is also the rank of {}; give one trace per rank",
+                                                  one.file_names[f], rank, it->second));
+        }
+      }
+      side.file_rank.push_back(rank);
+      side.file_names.push_back(std::move(one.file_names[f]));
+      side.files.push_back(std::move(one.files[f]));
+    }
+    side.source += (side.source.empty() ? "" : ",") + paths[i];
   }
   return side;
 }

@@ -55,10 +55,16 @@ struct DiffSide {
   std::vector<int32_t> file_rank;
 };
 
-// Reads a trace file, or a directory holding trace.json, or a directory of per-rank *.json
-// files (rank from each file's distributedInfo.rank; two files with the same rank are an
+// Reads a trace file (plain or gzip-compressed), or a directory holding trace.json, or a
+// directory of per-rank *.json / *.json.gz files (rank from each file's distributedInfo.rank; two files with the same rank are an
 // error). Errors are kInvalidInput and name the file.
 StatusOr<DiffSide> LoadDiffSide(const std::string& path);
+
+// Several traces as one side (`shardscope analyze TRACE...`): each path as LoadDiffSide reads
+// it. A PyTorch-profiler file that does not say its rank (no distributedInfo, or world_size
+// 1) takes its position in `paths` as its rank, with a warning; two files of one rank are an
+// error. One path is LoadDiffSide.
+StatusOr<DiffSide> LoadTraceFiles(const std::vector<std::string>& paths, std::vector<std::string>* warnings);
 
 // A side made of one in-memory timeline (tests, benchmarks), with LoadDiffSide's rank rule.
 DiffSide DiffSideFromTimeline(Timeline timeline, std::string source);
