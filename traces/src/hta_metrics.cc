@@ -2,6 +2,8 @@
 // functions they follow; each step below cites its function again).
 #include "shardscope/traces/hta_metrics.h"
 
+#include "shardscope/traces/diff.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "shardscope/traces/chrome_trace.h"
+#include "shardscope/traces/diff.h"
 
 namespace shardscope::traces {
 namespace {

@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardscope/traces/hta_metrics.h"
 #include "shardscope/traces/status.h"
 #include "shardscope/traces/timeline.h"
 
@@ -75,10 +76,9 @@ struct DiffOptions {
   // report.json lists every critical-path step (hundreds of thousands on a large trace)
   // instead of the top_n steps holding the most time.
   bool full_report = false;
-  // HTA's idle-time "kernel wait": a gap between consecutive kernels on a stream shorter than
-  // this is launch overhead (hta/analyzers/breakdown_analysis.py, consecutive_kernel_delay,
-  // default 30 ns in hta/trace_analysis.py get_idle_time_breakdown).
-  int64_t kernel_wait_threshold_ns = 30;
+  // Holistic Trace Analysis's metrics per rank (hta_metrics.h; the same code as `shardscope
+  // analyze`). Its rank is this rank.
+  HtaOptions hta;
 };
 
 // What an op is, for per-class error statistics. Rules in ClassifySlice (diff_metrics.cc)
@@ -142,7 +142,8 @@ struct DiffEvent {
   int64_t end_ns() const { return ts_ns + dur_ns; }
 };
 
-// Holistic Trace Analysis metrics of one rank (diff_metrics.cc cites each definition).
+// Metrics of one rank: its step, the busy time of each stream, and Holistic Trace Analysis's
+// metrics (hta_metrics.h; the same implementation as `shardscope analyze`).
 struct StreamBusy {
   int32_t track = 0;
   int64_t busy_ns = 0;
@@ -154,14 +155,8 @@ struct RankMetrics {
   int32_t steps = 1;
   bool from_profiler_steps = false; // ProfilerStep# annotations (else the device span)
   std::vector<StreamBusy> streams;  // per device track, in track order
-  int64_t compute_ns = 0;           // union of compute kernels
-  int64_t comm_ns = 0;              // union of communication kernels
-  int64_t overlap_ns = 0;           // |compute ∩ comm|
-  double overlap_ratio = 0;         // overlap / comm (0 without communication)
-  int64_t exposed_comm_ns = 0;      // comm - overlap
-  int64_t idle_host_bound_ns = 0;   // summed over streams
-  int64_t idle_kernel_wait_ns = 0;
-  int64_t idle_other_ns = 0;
+  HtaRankMetrics hta;               // temporal breakdown, overlap, idle time per stream
+  int64_t exposed_comm_ns() const { return hta.comm_ns - hta.overlap_ns; }
 };
 
 // One op on a critical path, in path order: the time the path spends waiting before it

@@ -50,10 +50,11 @@
 #include <string_view>
 #include <vector>
 
-#include "shardscope/traces/diff.h"
 #include "shardscope/traces/timeline.h"
 
 namespace shardscope::traces {
+
+struct DiffSide;  // diff.h: trace files and the rank of each
 
 struct HtaOptions {
   // HTA's consecutive_kernel_delay as HTA applies it to Kineto's microsecond timestamps.
