@@ -1,12 +1,16 @@
 // Reading the two sides of a diff (a file, a directory with trace.json, or per-rank files)
 // and flattening each into tracks and events.
 #include <algorithm>
+#include <climits>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "diff_internal.h"
 #include "shardscope/traces/chrome_trace.h"
@@ -15,6 +19,31 @@ namespace shardscope::traces {
 namespace {
 
 bool ProducedByShardscope(const Timeline& timeline) { return timeline.info.producer.rfind("shardscope", 0) == 0; }
+
+// `shardscope run` writes DIR/report.json beside DIR/trace.json; its "runtime" object says the
+// host backend's time_scale and the warm-up steps (runtime/src/host_backend.cc ReportJson,
+// runtime/src/cuda/cuda_backend.cc). Read when present; a report that is not JSON is ignored
+// with a warning (the trace alone still diffs).
+void ReadRunReport(const std::filesystem::path& trace_json, DiffSide& side) {
+  const std::filesystem::path report = trace_json.parent_path() / "report.json";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(report, error)) return;
+  std::ifstream in(report, std::ios::binary);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    side.warnings.push_back(fmt::format("{}: not JSON; the run's time scale and warm-up are unknown", report.string()));
+    return;
+  }
+  const auto runtime = j.find("runtime");
+  if (runtime == j.end() || !runtime->is_object()) return;
+  if (const auto scale = runtime->find("time_scale"); scale != runtime->end() && scale->is_number()) {
+    side.time_scale = scale->get<double>();
+  }
+  if (const auto warmup = runtime->find("warmup"); warmup != runtime->end() && warmup->is_number_integer()) {
+    const int64_t value = warmup->get<int64_t>();
+    if (value >= 0 && value <= INT32_MAX) side.warmup_steps = static_cast<int32_t>(value);
+  }
+}
 
 }  // namespace
 
@@ -37,13 +66,18 @@ StatusOr<DiffSide> LoadDiffSide(const std::string& path) {
   }
   if (!fs::is_directory(path, error)) {
     SHARDSCOPE_ASSIGN_OR_RETURN(Timeline timeline, ReadChromeTraceFile(path));
-    return DiffSideFromTimeline(std::move(timeline), path);
+    const bool ours = ProducedByShardscope(timeline);
+    DiffSide side = DiffSideFromTimeline(std::move(timeline), path);
+    if (ours) ReadRunReport(fs::path(path), side);
+    return side;
   }
   const fs::path dir(path);
   if (fs::is_regular_file(dir / "trace.json", error)) {
     SHARDSCOPE_ASSIGN_OR_RETURN(Timeline timeline, ReadChromeTraceFile((dir / "trace.json").string()));
+    const bool ours = ProducedByShardscope(timeline);
     DiffSide side = DiffSideFromTimeline(std::move(timeline), (dir / "trace.json").string());
     side.source = path;
+    if (ours) ReadRunReport(dir / "trace.json", side);
     return side;
   }
   // Per-rank traces (PyTorch profiler: one file per rank): every *.json and *.json.gz, in

@@ -93,6 +93,10 @@ Json SideJson(const DiffSide& side, const SideAnalysis& analysis, const DiffOpti
   Json j;
   j["source"] = side.source;
   j["files"] = side.file_names;
+  j["selected_step"] = side.selected_step;
+  j["step_note"] = side.step_note;
+  j["time_scale"] = side.time_scale;
+  j["warnings"] = side.warnings;
   j["events"] = analysis.events.size();
   j["step_ns"] = analysis.step_ns;
   Json ranks = Json::array();
@@ -216,6 +220,12 @@ std::string DiffReportMarkdown(const DiffSide& predicted, const DiffSide& measur
   out += fmt::format("- predicted: `{}` ({} events, {} rank(s))\n", predicted.source, p.events.size(), p.ranks.size());
   out += fmt::format("- measured: `{}` ({} events, {} rank(s))\n", measured.source, m.events.size(), m.ranks.size());
   if (options.rank >= 0) out += fmt::format("- rank {} only\n", options.rank);
+  for (const auto& [label, side] : {std::pair{"predicted", &predicted}, std::pair{"measured", &measured}}) {
+    if (!side->step_note.empty()) out += fmt::format("- {} side compared at {}\n", label, side->step_note);
+  }
+  for (const DiffSide* side : {&predicted, &measured}) {
+    for (const std::string& warning : side->warnings) out += fmt::format("- **warning:** {}\n", warning);
+  }
   out += "\n## Step time\n\n| | predicted | measured | difference |\n|---|---:|---:|---:|\n";
   out += fmt::format("| step (slowest rank) | {} | {} | {} ({}) |\n", Duration(p.step_ns), Duration(m.step_ns),
                      Duration(m.step_ns - p.step_ns, true), Percent(m.step_ns - p.step_ns, p.step_ns, true));
@@ -319,7 +329,7 @@ std::string DiffReportJson(const DiffSide& predicted, const DiffSide& measured, 
   const SideAnalysis& p = diff.predicted;
   const SideAnalysis& m = diff.measured;
   Json j;
-  j["schema"] = "shardscope.diff/2";
+  j["schema"] = "shardscope.diff/3";
   j["options"] = {{"top_n", options.top_n}, {"rank", options.rank}, {"full", options.full_report},
                   {"kernel_wait_threshold_ns", options.hta.kernel_wait_threshold_ns}};
   j["step"] = {{"predicted_ns", p.step_ns},

@@ -54,7 +54,47 @@ struct DiffSide {
   // this rank (PyTorch-profiler traces: distributedInfo.rank).
   static constexpr int32_t kPidIsRank = -1;
   std::vector<int32_t> file_rank;
+  // From the report.json beside a `shardscope run` trace.json ("runtime"), when there is one:
+  // the host backend's --time-scale (kernels busy-waited predicted x scale) and the warm-up
+  // steps run before the measured ones. -1 / 0: not known.
+  double time_scale = -1;
+  int32_t warmup_steps = -1;
+  // Set by SelectDiffStep: the step this side was cut to (-1: the whole trace) and how it
+  // was chosen; warnings about the side (time scale).
+  int64_t selected_step = -1;
+  std::string step_note;
+  std::vector<std::string> warnings;
 };
+
+// One step of one rank: its number and the time window it spans.
+struct TraceStepSpan {
+  int32_t rank = 0;
+  int64_t step = 0;
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+};
+
+// The steps a side holds, by (step, rank). Our own traces (`run --profile`) carry the step in
+// each slice's "step" arg: a rank's step spans its slices of that step. PyTorch-profiler traces
+// mark steps with ProfilerStep#N annotations (torch/profiler/profiler.py profile.step): the
+// annotation's span. Empty when the side marks no step (a `simulate` trace: one step).
+std::vector<TraceStepSpan> FindTraceSteps(const DiffSide& side);
+
+// Cuts a side to one step: per rank, the slices of step `step` (by their "step" arg; else
+// those starting inside the rank's step window, and device slices launched from a kept host
+// slice through their correlation id). Instants, counters and flows inside the kept windows
+// stay. Fails (kInvalidInput) when the side has no such step.
+StatusOr<DiffSide> CutToStep(const DiffSide& side, int64_t step);
+
+// The diff compares one step with one step, never a multi-step trace with a predicted step
+// (docs/DIFF.md, "Steps"). When `measured` holds several steps it is cut to step
+// `requested` (>= 0), else to its median measured step: of the steps after the warm-up
+// (report.json's runtime.warmup when known; all steps otherwise), the one whose duration
+// (its slowest rank's window) is the median, the lower one for an even count, the earlier
+// step on a tie. `predicted` is cut to the same step when it holds steps (to its median when
+// it lacks that one). Each side's step_note says what was done; a measured run that used a
+// --time-scale other than 1 gets a warning (its kernels busy-waited a scaled prediction).
+Status SelectDiffStep(DiffSide& predicted, DiffSide& measured, int64_t requested);
 
 // Reads a trace file (plain or gzip-compressed), or a directory holding trace.json, or a
 // directory of per-rank *.json / *.json.gz files (rank from each file's distributedInfo.rank; two files with the same rank are an
