@@ -351,7 +351,7 @@ std::string HtaMetricsText(const std::vector<HtaRankMetrics>& ranks) {
     }
     out += fmt::format("rank {}: kernel types (% of GPU busy time)\n", m.rank);
     for (const HtaKernelTypeTime& k : m.kernel_types) {
-      out += fmt::format("  {:<52} {:>12.1f} us {:>7.2f}%\n", k.type, static_cast<double>(k.ns) * 1e-3,
+      out += fmt::format("  {:<56} {:>12.1f} us {:>7.2f}%\n", k.type, static_cast<double>(k.ns) * 1e-3,
                          Share(k.ns, BusyNs(m)));
     }
   }
