@@ -161,6 +161,16 @@ if not (m["matched"] > 0 and m["by_op_id"] == m["matched"] and m["unmatched_pred
     print("  (d) expected every predicted op matched by op id, got", m); ok = False
 if run.get("profile", {}).get("source") != "host_timeline":
     print("  (d) report.json profile.source:", run.get("profile")); ok = False
+# One step against one step: 1 warm-up + 2 measured steps (0, 1, 2); the median of the
+# measured ones is step 1 or 2 (docs/DIFF.md "Steps"), and the default --time-scale 0.001
+# gets a warning.
+meas = diff["measured"]
+if meas.get("selected_step") not in (1, 2):
+    print("  (d) expected a measured step after the warm-up, got", meas.get("selected_step")); ok = False
+if m["unmatched_measured"] != 0:
+    print("  (d) the cut measured step should hold exactly the predicted ops, unmatched:", m["unmatched_measured"]); ok = False
+if not any("--time-scale 0.001" in w for w in meas.get("warnings", [])):
+    print("  (d) no time-scale warning:", meas.get("warnings")); ok = False
 sys.exit(0 if ok else 1)
 EOF2
   else
