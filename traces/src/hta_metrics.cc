@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,8 +29,14 @@ constexpr int64_t kNsPerUs = 1000;
 // (hta/common/trace_symbol_table.py get_profiler_step_ids).
 constexpr std::string_view kProfilerStepPrefix = "ProfilerStep";
 
-int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0)) ? 1 : 0); }
-int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
+// For b > 0, without negating a (INT64_MIN has no negation).
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - (a % b < 0 ? 1 : 0); }
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b > 0 ? 1 : 0); }
+// ts + dur, saturating: a hostile file may hold timestamps near the int64 limits.
+int64_t EndOf(int64_t ts, int64_t dur) {
+  int64_t end = 0;
+  return __builtin_add_overflow(ts, dur, &end) ? INT64_MAX : end;
+}
 
 // hta/utils/utils.py merge_kernel_intervals: sorted by start, an interval joins the group
 // while its start is not after the largest end so far (touching intervals merge).
@@ -157,14 +164,15 @@ std::vector<HtaRankMetrics> ComputeHtaMetrics(const DiffSide& side, const HtaOpt
       const int64_t dur = std::max<int64_t>(0, slice.dur_ns);
       if (IsHtaGpuEvent(slice)) {
         const int64_t stream = IntArg(slice, "stream").value_or(slice.tid);
-        const GpuEvent e{slice.ts_ns, slice.ts_ns + dur, slice.correlation, HtaKernelTypeOf(slice), {slice.pid, stream}};
+        const GpuEvent e{slice.ts_ns, EndOf(slice.ts_ns, dur), slice.correlation, HtaKernelTypeOf(slice),
+                         {slice.pid, stream}};
         r.stream_track.try_emplace(e.stream, f, slice.tid);
         r.gpu.push_back(e);
         continue;
       }
-      r.cpu.push_back({slice.ts_ns, slice.ts_ns + dur, slice.correlation});
+      r.cpu.push_back({slice.ts_ns, EndOf(slice.ts_ns, dur), slice.correlation});
       if (slice.name.starts_with(kProfilerStepPrefix)) {
-        r.profiler_steps.emplace_back(slice.ts_ns, slice.ts_ns + dur);
+        r.profiler_steps.emplace_back(slice.ts_ns, EndOf(slice.ts_ns, dur));
         r.step_names.insert(slice.name);
       }
     }
@@ -180,7 +188,7 @@ std::vector<HtaRankMetrics> ComputeHtaMetrics(const DiffSide& side, const HtaOpt
     m.rounded_to_us = options.round_to_whole_us && r.fractional_us;
     const auto round = [&](int64_t& ts, int64_t& end) {
       if (!m.rounded_to_us) return;
-      ts = CeilDiv(ts, kNsPerUs) * kNsPerUs;
+      ts = std::min(CeilDiv(ts, kNsPerUs), INT64_MAX / kNsPerUs) * kNsPerUs;
       end = std::max(ts, FloorDiv(end, kNsPerUs) * kNsPerUs);
     };
     for (GpuEvent& e : r.gpu) round(e.ts, e.end);
