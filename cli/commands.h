@@ -23,6 +23,7 @@ CommandRunner AddMemoryCommand(CLI::App& app);  // shardscope memory PLAN
 CommandRunner AddFitCommand(CLI::App& app);     // shardscope fit PLAN --search ...
 CommandRunner AddCheckCommand(CLI::App& app);   // shardscope check PLAN (check_command.cc)
 CommandRunner AddImportCommand(CLI::App& app);  // shardscope import TRACE... -o DIR (import_command.cc)
+CommandRunner AddAnalyzeCommand(CLI::App& app);  // shardscope analyze TRACE... (analyze_command.cc)
 CommandRunner AddCalibrateCommand(CLI::App& app);  // shardscope calibrate MEASURED... --schedule S (calibrate_command.cc)
 CommandRunner AddDiffCommand(CLI::App& app);    // shardscope diff PREDICTED MEASURED (diff_command.cc)
 CommandRunner AddRunCommand(CLI::App& app);     // shardscope run PLAN -o DIR (run_command.cc)

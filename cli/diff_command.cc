@@ -22,6 +22,7 @@ struct DiffCommandOptions {
   int top_n = 20;
   int rank = -1;
   bool full = false;
+  int64_t step = -1;
 };
 
 Status RunDiff(const DiffCommandOptions& options) {
@@ -29,6 +30,15 @@ Status RunDiff(const DiffCommandOptions& options) {
   if (options.rank < -1) return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide predicted, traces::LoadDiffSide(options.predicted));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide measured, traces::LoadDiffSide(options.measured));
+  if (options.step < -1) return Status::InvalidInput(fmt::format("--step: expected a step >= 0, got {}", options.step));
+  // One step against one step: a multi-step measured trace is cut to its median measured
+  // step (or --step N) first (docs/DIFF.md, "Steps").
+  SHARDSCOPE_RETURN_IF_ERROR(traces::SelectDiffStep(predicted, measured, options.step));
+  for (const traces::DiffSide* side : {&predicted, &measured}) {
+    for (const std::string& warning : side->warnings) std::cerr << "shardscope diff: warning: " << warning << "\n";
+  }
+  if (!measured.step_note.empty()) std::cout << fmt::format("measured: {}\n", measured.step_note);
+  if (!predicted.step_note.empty()) std::cout << fmt::format("predicted: {}\n", predicted.step_note);
   traces::DiffOptions diff_options;
   diff_options.top_n = options.top_n;
   diff_options.rank = options.rank;
@@ -73,6 +83,8 @@ CommandRunner AddDiffCommand(CLI::App& app) {
   cmd->add_option("--top", options->top_n, "Ops listed by contribution to the step-time difference")
       ->capture_default_str();
   cmd->add_option("--rank", options->rank, "Compare this rank only");
+  cmd->add_option("--step", options->step,
+                  "Compare this step of a multi-step measured trace (default: its median measured step)");
   cmd->add_flag("--full", options->full,
                 "report.json lists every critical-path step (default: the --top steps holding the most time)");
   return [cmd, options]() -> std::optional<Status> {

@@ -41,7 +41,7 @@ CommandRunner AddImportCommand(CLI::App& app) {
   auto options = std::make_shared<ImportOptions>();
   CLI::App* cmd = app.add_subcommand(
       "import", "Merge PyTorch-profiler traces (one *.pt.trace.json per rank) into DIR/trace.json (pid = rank)");
-  cmd->add_option("traces", options->traces, "Kineto Chrome-JSON traces, one per rank (not gzipped)")
+  cmd->add_option("traces", options->traces, "Kineto Chrome-JSON traces, one per rank (plain or gzip-compressed .json.gz)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", options->out_dir, "Output directory")->capture_default_str();

@@ -26,7 +26,7 @@ grep -q '"name":"rank 0 predicted"' "$work/diff/trace.json" || fail "trace: no '
 grep -q '"name":"rank 1 measured"' "$work/diff/trace.json" || fail "trace: no 'rank 1 measured' process"
 grep -q '"cat":"diff","name":"match"' "$work/diff/trace.json" || fail "trace: no match flows"
 grep -q '"ph":"i","cat":"diff"\|"cat":"diff".*"ph":"i"\|"name":"diff #1' "$work/diff/trace.json" || fail "trace: no top-N instants"
-grep -q '"schema": "shardscope.diff/2"' "$work/diff/report.json" || fail "report.json: no schema"
+grep -q '"schema": "shardscope.diff/3"' "$work/diff/report.json" || fail "report.json: no schema"
 # report.json lists --top critical-path steps by default, all of them with --full.
 /usr/bin/python3 - "$work/diff/report.json" 5 top_n <<'PY' || fail "report.json: default critical-path listing"
 import json, sys

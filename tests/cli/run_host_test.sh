@@ -151,7 +151,7 @@ if timeout 120 "${mpirun_cmd[@]}" -np 2 "$shardscope" run "$golden" -o "$work/pr
   [ -s "$work/prof/trace.json" ] || fail "(d) --profile wrote no trace.json"
   cmp -s "$work/prof/trace.json" "$work/prof/host_timeline.json" || fail "(d) trace.json is not the host timeline"
   if "$shardscope" diff "$work/simtrace" "$work/prof" -o "$work/profdiff" > "$work/profdiff.out" 2>&1; then
-    "$python" - "$work/profdiff/report.json" "$work/prof/report.json" <<'EOF2' || fail "(d) diff"
+    "$python" - "$work/profdiff/report.json" "$work/prof/report.json" "$work/prof/trace.json" <<'EOF2' || fail "(d) diff"
 import json, sys
 diff, run = (json.load(open(p)) for p in sys.argv[1:3])
 m = diff["matching"]
@@ -161,6 +161,20 @@ if not (m["matched"] > 0 and m["by_op_id"] == m["matched"] and m["unmatched_pred
     print("  (d) expected every predicted op matched by op id, got", m); ok = False
 if run.get("profile", {}).get("source") != "host_timeline":
     print("  (d) report.json profile.source:", run.get("profile")); ok = False
+# One step against one step: 1 warm-up + 2 measured steps (0, 1, 2); the median of the
+# measured ones is step 1 or 2 (docs/DIFF.md "Steps"), and the default --time-scale 0.001
+# gets a warning.
+meas = diff["measured"]
+if meas.get("selected_step") not in (1, 2):
+    print("  (d) expected a measured step after the warm-up, got", meas.get("selected_step")); ok = False
+# The cut side holds exactly the trace's slices of that step (their "step" arg).
+trace = json.load(open(sys.argv[3]))
+in_step = sum(1 for e in trace["traceEvents"]
+              if e.get("ph") == "X" and e.get("args", {}).get("step") == meas.get("selected_step"))
+if meas["events"] != in_step:
+    print("  (d) measured events", meas["events"], "!= slices of the selected step", in_step); ok = False
+if not any("--time-scale 0.001" in w for w in meas.get("warnings", [])):
+    print("  (d) no time-scale warning:", meas.get("warnings")); ok = False
 sys.exit(0 if ok else 1)
 EOF2
   else

@@ -12,6 +12,9 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "chrome_trace_fast_reader.h"
+#include "gzip_stream.h"
 #include "json_text.h"
 #include "shardscope/traces/chrome_trace.h"
 
@@ -841,7 +845,64 @@ StatusOr<Timeline> ParseChromeTrace(std::string_view text, const std::string& so
   return trace_internal::ParseWithSax(text, source);
 }
 
-StatusOr<Timeline> ReadChromeTraceFile(const std::string& path) {
+namespace {
+
+// A gzip-compressed trace, parsed as it decompresses. `open` gives the compressed bytes from
+// their start; it is called again only to find the line and column of a JSON syntax error
+// (counted in the decompressed text).
+StatusOr<Timeline> ParseGzipTrace(const std::string& source, const std::function<std::unique_ptr<std::istream>()>& open,
+                                  int64_t max_decompressed_bytes) {
+  std::unique_ptr<std::istream> compressed = open();
+  trace_internal::GzipInputBuffer gzip(*compressed, max_decompressed_bytes);
+  std::istream text(&gzip);
+  StatusOr<Timeline> result = RunTraceSax(
+      source, [&](TraceSax& sax) { return Json::sax_parse(text, &sax); },
+      [&](size_t offset) {
+        std::unique_ptr<std::istream> again = open();
+        trace_internal::GzipInputBuffer gzip_again(*again, max_decompressed_bytes);
+        size_t line = 1, column = 1;
+        for (size_t i = 0; i < offset; ++i) {
+          const int c = gzip_again.sbumpc();
+          if (c == std::char_traits<char>::eof()) break;
+          if (c == '\n') {
+            ++line;
+            column = 1;
+          } else {
+            ++column;
+          }
+        }
+        return fmt::format("{}:{} (of the decompressed text)", line, column);
+      });
+  // A decompression error explains a parse error it caused (truncated JSON), and is an error
+  // even when the JSON ended first (garbage after the trace).
+  if (gzip.error()) return Status::InvalidInput(fmt::format("{}: {}", source, *gzip.error()));
+  return result;
+}
+
+}  // namespace
+
+StatusOr<Timeline> ParseChromeTraceBytes(std::string_view bytes, const std::string& source,
+                                         int64_t max_decompressed_bytes) {
+  if (!trace_internal::IsGzip(bytes)) return ParseChromeTrace(bytes, source);
+  return ParseGzipTrace(
+      source, [&]() -> std::unique_ptr<std::istream> { return std::make_unique<std::istringstream>(std::string(bytes)); },
+      max_decompressed_bytes);
+}
+
+StatusOr<Timeline> ReadChromeTraceFile(const std::string& path, int64_t max_decompressed_bytes) {
+  {
+    std::ifstream head_file(path, std::ios::binary);
+    if (!head_file.is_open()) {
+      return Status::IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+    }
+    char head[2] = {0, 0};
+    head_file.read(head, 2);
+    if (trace_internal::IsGzip(std::string_view(head, static_cast<size_t>(head_file.gcount())))) {
+      return ParseGzipTrace(
+          path, [&]() -> std::unique_ptr<std::istream> { return std::make_unique<std::ifstream>(path, std::ios::binary); },
+          max_decompressed_bytes);
+    }
+  }
   if (std::optional<Timeline> fast = trace_internal::ReadWriterLayoutFile(path)) return std::move(*fast);
   std::vector<char> buffer(kReadBufferBytes);
   std::ifstream file;

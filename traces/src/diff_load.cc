@@ -1,12 +1,16 @@
 // Reading the two sides of a diff (a file, a directory with trace.json, or per-rank files)
 // and flattening each into tracks and events.
 #include <algorithm>
+#include <climits>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "diff_internal.h"
 #include "shardscope/traces/chrome_trace.h"
@@ -15,6 +19,31 @@ namespace shardscope::traces {
 namespace {
 
 bool ProducedByShardscope(const Timeline& timeline) { return timeline.info.producer.rfind("shardscope", 0) == 0; }
+
+// `shardscope run` writes DIR/report.json beside DIR/trace.json; its "runtime" object says the
+// host backend's time_scale and the warm-up steps (runtime/src/host_backend.cc ReportJson,
+// runtime/src/cuda/cuda_backend.cc). Read when present; a report that is not JSON is ignored
+// with a warning (the trace alone still diffs).
+void ReadRunReport(const std::filesystem::path& trace_json, DiffSide& side) {
+  const std::filesystem::path report = trace_json.parent_path() / "report.json";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(report, error)) return;
+  std::ifstream in(report, std::ios::binary);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    side.warnings.push_back(fmt::format("{}: not JSON; the run's time scale and warm-up are unknown", report.string()));
+    return;
+  }
+  const auto runtime = j.find("runtime");
+  if (runtime == j.end() || !runtime->is_object()) return;
+  if (const auto scale = runtime->find("time_scale"); scale != runtime->end() && scale->is_number()) {
+    side.time_scale = scale->get<double>();
+  }
+  if (const auto warmup = runtime->find("warmup"); warmup != runtime->end() && warmup->is_number_integer()) {
+    const int64_t value = warmup->get<int64_t>();
+    if (value >= 0 && value <= INT32_MAX) side.warmup_steps = static_cast<int32_t>(value);
+  }
+}
 
 }  // namespace
 
@@ -37,25 +66,34 @@ StatusOr<DiffSide> LoadDiffSide(const std::string& path) {
   }
   if (!fs::is_directory(path, error)) {
     SHARDSCOPE_ASSIGN_OR_RETURN(Timeline timeline, ReadChromeTraceFile(path));
-    return DiffSideFromTimeline(std::move(timeline), path);
+    const bool ours = ProducedByShardscope(timeline);
+    DiffSide side = DiffSideFromTimeline(std::move(timeline), path);
+    if (ours) ReadRunReport(fs::path(path), side);
+    return side;
   }
   const fs::path dir(path);
   if (fs::is_regular_file(dir / "trace.json", error)) {
     SHARDSCOPE_ASSIGN_OR_RETURN(Timeline timeline, ReadChromeTraceFile((dir / "trace.json").string()));
+    const bool ours = ProducedByShardscope(timeline);
     DiffSide side = DiffSideFromTimeline(std::move(timeline), (dir / "trace.json").string());
     side.source = path;
+    if (ours) ReadRunReport(dir / "trace.json", side);
     return side;
   }
-  // Per-rank traces (PyTorch profiler: one file per rank): every *.json, in name order.
+  // Per-rank traces (PyTorch profiler: one file per rank): every *.json and *.json.gz, in
+  // name order.
   std::vector<std::string> files;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path().string());
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) {
+      files.push_back(entry.path().string());
+    }
   }
   if (error) return Status::InvalidInput(fmt::format("{}: cannot list the directory: {}", path, error.message()));
   std::sort(files.begin(), files.end());
   if (files.empty()) {
     return Status::InvalidInput(
-        fmt::format("{}: the directory holds neither trace.json nor per-rank *.json trace files", path));
+        fmt::format("{}: the directory holds neither trace.json nor per-rank *.json / *.json.gz trace files", path));
   }
   DiffSide side;
   side.source = path;
@@ -81,6 +119,42 @@ StatusOr<DiffSide> LoadDiffSide(const std::string& path) {
     }
     side.file_names.push_back(file);
     side.files.push_back(std::move(timeline));
+  }
+  return side;
+}
+
+StatusOr<DiffSide> LoadTraceFiles(const std::vector<std::string>& paths, std::vector<std::string>* warnings) {
+  if (paths.empty()) return Status::InvalidInput("expected at least one trace");
+  if (paths.size() == 1) return LoadDiffSide(paths[0]);
+  DiffSide side;
+  std::map<int32_t, std::string> rank_files;  // ranks of files that hold one rank each
+  for (size_t i = 0; i < paths.size(); ++i) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(DiffSide one, LoadDiffSide(paths[i]));
+    for (size_t f = 0; f < one.files.size(); ++f) {
+      int32_t rank = one.file_rank[f];
+      // A PyTorch-profiler file without distributedInfo reads as rank 0 of a world of 1;
+      // among several files that says nothing, so its position in the arguments decides (as
+      // `shardscope import` does), with a warning.
+      if (rank != DiffSide::kPidIsRank && one.files[f].info.world_size <= 1) {
+        rank = static_cast<int32_t>(i);
+        if (warnings != nullptr) {
+          warnings->push_back(fmt::format("{}: no distributedInfo (or world_size 1); taken as rank {} from its "
+                                          "position in the arguments",
+                                          one.file_names[f], rank));
+        }
+      }
+      if (rank != DiffSide::kPidIsRank) {
+        auto [it, inserted] = rank_files.emplace(rank, one.file_names[f]);
+        if (!inserted) {
+          return Status::InvalidInput(fmt::format("{}: rank {} is also the rank of {}; give one trace per rank",
+                                                  one.file_names[f], rank, it->second));
+        }
+      }
+      side.file_rank.push_back(rank);
+      side.file_names.push_back(std::move(one.file_names[f]));
+      side.files.push_back(std::move(one.files[f]));
+    }
+    side.source += (side.source.empty() ? "" : ",") + paths[i];
   }
   return side;
 }

@@ -1,5 +1,5 @@
-// Op classes and Holistic Trace Analysis (HTA, facebookresearch/HolisticTraceAnalysis)
-// metrics of one side of a diff, per rank.
+// Op classes and per-rank metrics of one side of a diff: the step, stream busy time, and
+// Holistic Trace Analysis's metrics from hta_metrics.cc (the code `shardscope analyze` runs).
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -76,24 +76,6 @@ int64_t Length(const std::vector<std::pair<int64_t, int64_t>>& merged) {
   return total;
 }
 
-int64_t IntersectionLength(const std::vector<std::pair<int64_t, int64_t>>& a,
-                           const std::vector<std::pair<int64_t, int64_t>>& b) {
-  int64_t total = 0;
-  size_t i = 0;
-  size_t j = 0;
-  while (i < a.size() && j < b.size()) {
-    const int64_t begin = std::max(a[i].first, b[j].first);
-    const int64_t end = std::min(a[i].second, b[j].second);
-    if (end > begin) total += end - begin;
-    if (a[i].second < b[j].second) {
-      ++i;
-    } else {
-      ++j;
-    }
-  }
-  return total;
-}
-
 }  // namespace
 
 // Rules, first that applies (docs/DIFF.md):
@@ -165,7 +147,8 @@ OpClass ClassCache::Classify(const Slice& slice, bool device) {
 std::vector<RankMetrics> ComputeRankMetrics(const DiffSide& side, const SideAnalysis& analysis,
                                             const DiffOptions& options) {
   // ProfilerStep#N annotations (PyTorch's profiler.step(): torch/profiler/profiler.py
-  // names the record_function "ProfilerStep#" + step number), per rank.
+  // names the record_function "ProfilerStep#" + step number), per rank. Schema-1 traces
+  // (2021) record them as CPU ops ("Operator").
   struct StepSpan {
     int64_t begin = INT64_MAX;
     int64_t end = INT64_MIN;
@@ -174,7 +157,10 @@ std::vector<RankMetrics> ComputeRankMetrics(const DiffSide& side, const SideAnal
   std::map<int32_t, StepSpan> steps;
   for (size_t f = 0; f < side.files.size(); ++f) {
     for (const Slice& slice : side.files[f].slices) {
-      if (slice.category != Category::kUserAnnotation || slice.name.rfind("ProfilerStep#", 0) != 0) continue;
+      if ((slice.category != Category::kUserAnnotation && slice.category != Category::kCpuOp) ||
+          slice.name.rfind("ProfilerStep#", 0) != 0) {
+        continue;
+      }
       const int32_t rank = RankOf(side, f, slice.pid);
       if (options.rank >= 0 && rank != options.rank) continue;
       StepSpan& span = steps[rank];
@@ -183,38 +169,29 @@ std::vector<RankMetrics> ComputeRankMetrics(const DiffSide& side, const SideAnal
       ++span.count;
     }
   }
+  // Holistic Trace Analysis's metrics: one implementation, shared with `shardscope analyze`.
+  HtaOptions hta_options = options.hta;
+  hta_options.rank = options.rank;
+  std::map<int32_t, HtaRankMetrics> hta;
+  for (HtaRankMetrics& m : ComputeHtaMetrics(side, hta_options)) hta.emplace(m.rank, std::move(m));
+
   std::vector<RankMetrics> out;
   const std::vector<DiffEvent>& events = analysis.events;
   for (const RankRange& range : RankRanges(events)) {
     RankMetrics m;
     m.rank = range.rank;
-    // Launch start per correlation id (the runtime call and its kernel share it).
-    std::vector<std::pair<int64_t, int64_t>> launches;  // (correlation, ts)
     int64_t device_begin = INT64_MAX;
     int64_t device_end = INT64_MIN;
     int64_t any_begin = INT64_MAX;
     int64_t any_end = INT64_MIN;
-    std::vector<std::pair<int64_t, int64_t>> compute;
-    std::vector<std::pair<int64_t, int64_t>> comm;
     for (size_t i = range.begin; i < range.end; ++i) {
       const DiffEvent& e = events[i];
       any_begin = std::min(any_begin, e.ts_ns);
       any_end = std::max(any_end, e.end_ns());
-      if (!e.device) {
-        if (e.correlation >= 0) launches.emplace_back(e.correlation, e.ts_ns);
-        continue;
-      }
+      if (!e.device) continue;
       device_begin = std::min(device_begin, e.ts_ns);
       device_end = std::max(device_end, e.end_ns());
-      // HTA's overlap (hta/analyzers/communication_analysis.py get_comm_comp_overlap):
-      // communication kernels against computation kernels (neither comm nor memory).
-      if (IsCollectiveClass(e.op_class)) {
-        comm.emplace_back(e.ts_ns, e.end_ns());
-      } else if (e.op_class != OpClass::kMemcpy) {
-        compute.emplace_back(e.ts_ns, e.end_ns());
-      }
     }
-    std::sort(launches.begin(), launches.end());
     auto step = steps.find(range.rank);
     if (step != steps.end()) {
       m.from_profiler_steps = true;
@@ -228,51 +205,18 @@ std::vector<RankMetrics> ComputeRankMetrics(const DiffSide& side, const SideAnal
       m.step_start_ns = any_begin;
       m.step_ns = any_end - any_begin;
     }
-    const auto merged_compute = Merge(std::move(compute));
-    const auto merged_comm = Merge(std::move(comm));
-    m.compute_ns = Length(merged_compute);
-    m.comm_ns = Length(merged_comm);
-    m.overlap_ns = IntersectionLength(merged_compute, merged_comm);
-    m.overlap_ratio = m.comm_ns > 0 ? static_cast<double>(m.overlap_ns) / static_cast<double>(m.comm_ns) : 0.0;
-    m.exposed_comm_ns = m.comm_ns - m.overlap_ns;
-    // Per stream: busy time (union), and idle gaps between consecutive kernels classified as
-    // HTA does (hta/analyzers/breakdown_analysis.py _analyze_idle_time_for_stream): host
-    // wait when the kernel's runtime call started after the previous kernel ended, kernel
-    // wait when the gap is under the threshold, other otherwise.
+    // Per device track: the time it is busy (the union of its slices).
     for (size_t i = range.begin; i < range.end;) {
       size_t j = i;
       while (j < range.end && events[j].track == events[i].track) ++j;
       if (events[i].device) {
-        StreamBusy busy{events[i].track, 0};
-        int64_t covered_until = INT64_MIN;
-        for (size_t k = i; k < j; ++k) {
-          const DiffEvent& e = events[k];
-          if (covered_until == INT64_MIN) {
-            busy.busy_ns += e.dur_ns;
-          } else {
-            const int64_t gap = e.ts_ns - covered_until;
-            if (gap > 0) {
-              busy.busy_ns += e.dur_ns;
-              auto launch = std::lower_bound(launches.begin(), launches.end(), std::make_pair(e.correlation, INT64_MIN));
-              const bool host_wait = e.correlation >= 0 && launch != launches.end() &&
-                                     launch->first == e.correlation && launch->second > covered_until;
-              if (host_wait) {
-                m.idle_host_bound_ns += gap;
-              } else if (gap < options.kernel_wait_threshold_ns) {
-                m.idle_kernel_wait_ns += gap;
-              } else {
-                m.idle_other_ns += gap;
-              }
-            } else {
-              busy.busy_ns += std::max<int64_t>(0, e.end_ns() - covered_until);
-            }
-          }
-          covered_until = std::max(covered_until, e.end_ns());
-        }
-        m.streams.push_back(busy);
+        std::vector<std::pair<int64_t, int64_t>> intervals;
+        for (size_t k = i; k < j; ++k) intervals.emplace_back(events[k].ts_ns, events[k].end_ns());
+        m.streams.push_back(StreamBusy{events[i].track, Length(Merge(std::move(intervals)))});
       }
       i = j;
     }
+    if (auto it = hta.find(range.rank); it != hta.end()) m.hta = std::move(it->second);
     out.push_back(std::move(m));
   }
   return out;

@@ -93,6 +93,10 @@ Json SideJson(const DiffSide& side, const SideAnalysis& analysis, const DiffOpti
   Json j;
   j["source"] = side.source;
   j["files"] = side.file_names;
+  j["selected_step"] = side.selected_step;
+  j["step_note"] = side.step_note;
+  j["time_scale"] = side.time_scale;
+  j["warnings"] = side.warnings;
   j["events"] = analysis.events.size();
   j["step_ns"] = analysis.step_ns;
   Json ranks = Json::array();
@@ -108,14 +112,32 @@ Json SideJson(const DiffSide& side, const SideAnalysis& analysis, const DiffOpti
       streams.push_back({{"track", analysis.tracks[static_cast<size_t>(s.track)].name}, {"busy_ns", s.busy_ns}});
     }
     r["streams"] = std::move(streams);
-    r["compute_ns"] = m.compute_ns;
-    r["communication_ns"] = m.comm_ns;
-    r["overlap_ns"] = m.overlap_ns;
-    r["overlap_ratio"] = m.overlap_ratio;
-    r["exposed_communication_ns"] = m.exposed_comm_ns;
-    r["idle_host_bound_ns"] = m.idle_host_bound_ns;
-    r["idle_kernel_wait_ns"] = m.idle_kernel_wait_ns;
-    r["idle_other_ns"] = m.idle_other_ns;
+    // Holistic Trace Analysis's metrics (hta_metrics.h), as `shardscope analyze --json`
+    // gives them; idle time is per stream, never summed over streams.
+    const HtaRankMetrics& h = m.hta;
+    r["compute_ns"] = h.compute_ns;
+    r["communication_ns"] = h.comm_ns;
+    r["overlap_ns"] = h.overlap_ns;
+    r["overlap_ratio"] = h.comm_ns > 0 ? static_cast<double>(h.overlap_ns) / static_cast<double>(h.comm_ns) : 0.0;
+    r["exposed_communication_ns"] = m.exposed_comm_ns();
+    Json hta;
+    hta["span_ns"] = h.span_ns;
+    hta["idle_pct"] = h.IdlePct();
+    hta["compute_pct"] = h.ComputePct();
+    hta["non_compute_pct"] = h.NonComputePct();
+    hta["comm_comp_overlap_pct"] = h.CommCompOverlapPct();
+    hta["last_step_excluded"] = h.last_step_excluded;
+    Json idle = Json::array();
+    for (const HtaStreamIdle& st : h.streams) {
+      idle.push_back({{"stream", st.stream},
+                      {"name", st.name},
+                      {"idle_ns", st.idle_ns},
+                      {"host_wait_ns", st.host_wait_ns},
+                      {"kernel_wait_ns", st.kernel_wait_ns},
+                      {"other_ns", st.other_ns}});
+    }
+    hta["streams"] = std::move(idle);
+    r["hta"] = std::move(hta);
     ranks.push_back(std::move(r));
   }
   j["ranks"] = std::move(ranks);
@@ -198,6 +220,12 @@ std::string DiffReportMarkdown(const DiffSide& predicted, const DiffSide& measur
   out += fmt::format("- predicted: `{}` ({} events, {} rank(s))\n", predicted.source, p.events.size(), p.ranks.size());
   out += fmt::format("- measured: `{}` ({} events, {} rank(s))\n", measured.source, m.events.size(), m.ranks.size());
   if (options.rank >= 0) out += fmt::format("- rank {} only\n", options.rank);
+  for (const auto& [label, side] : {std::pair{"predicted", &predicted}, std::pair{"measured", &measured}}) {
+    if (!side->step_note.empty()) out += fmt::format("- {} side compared at {}\n", label, side->step_note);
+  }
+  for (const DiffSide* side : {&predicted, &measured}) {
+    for (const std::string& warning : side->warnings) out += fmt::format("- **warning:** {}\n", warning);
+  }
   out += "\n## Step time\n\n| | predicted | measured | difference |\n|---|---:|---:|---:|\n";
   out += fmt::format("| step (slowest rank) | {} | {} | {} ({}) |\n", Duration(p.step_ns), Duration(m.step_ns),
                      Duration(m.step_ns - p.step_ns, true), Percent(m.step_ns - p.step_ns, p.step_ns, true));
@@ -216,15 +244,25 @@ std::string DiffReportMarkdown(const DiffSide& predicted, const DiffSide& measur
                      diff.matched(), diff.matched_by_op_id, diff.matched_by_anchor, diff.matched_by_name, Unmatched(p),
                      Unmatched(m));
 
-  out += "\n## Per rank (Holistic Trace Analysis metrics)\n\n"
-         "| rank | side | step | compute | communication | overlap | exposed comm | idle host-bound (all streams) | idle other (all streams) |\n"
+  out += "\n## Per rank (Holistic Trace Analysis metrics, as `shardscope analyze` computes them)\n\n"
+         "| rank | side | step | GPU span | idle | compute | non-compute | comm/comp overlap | exposed comm |\n"
          "|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& [label, side] : {std::pair{"predicted", &p}, std::pair{"measured", &m}}) {
     for (const RankMetrics& r : side->ranks) {
-      out += fmt::format("| {} | {} | {} | {} | {} | {:.1f}% | {} | {} | {} |\n", r.rank, label, Duration(r.step_ns),
-                         Duration(r.compute_ns), Duration(r.comm_ns), 100.0 * r.overlap_ratio,
-                         Duration(r.exposed_comm_ns), Duration(r.idle_host_bound_ns),
-                         Duration(r.idle_other_ns + r.idle_kernel_wait_ns));
+      out += fmt::format("| {} | {} | {} | {} | {:.1f}% | {:.1f}% | {:.1f}% | {:.1f}% | {} |\n", r.rank, label,
+                         Duration(r.step_ns), Duration(r.hta.span_ns), r.hta.IdlePct(), r.hta.ComputePct(),
+                         r.hta.NonComputePct(), r.hta.CommCompOverlapPct(), Duration(r.exposed_comm_ns()));
+    }
+  }
+  out += "\nIdle time per stream (HTA's split; a stream's idle time is within the GPU span, streams are not summed):\n\n"
+         "| rank | side | stream | idle | host wait | kernel wait | other |\n"
+         "|---:|---|---|---:|---:|---:|---:|\n";
+  for (const auto& [label, side] : {std::pair{"predicted", &p}, std::pair{"measured", &m}}) {
+    for (const RankMetrics& r : side->ranks) {
+      for (const HtaStreamIdle& st : r.hta.streams) {
+        out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", r.rank, label, st.name, Duration(st.idle_ns),
+                           Duration(st.host_wait_ns), Duration(st.kernel_wait_ns), Duration(st.other_ns));
+      }
     }
   }
 
@@ -291,9 +329,9 @@ std::string DiffReportJson(const DiffSide& predicted, const DiffSide& measured, 
   const SideAnalysis& p = diff.predicted;
   const SideAnalysis& m = diff.measured;
   Json j;
-  j["schema"] = "shardscope.diff/2";
+  j["schema"] = "shardscope.diff/3";
   j["options"] = {{"top_n", options.top_n}, {"rank", options.rank}, {"full", options.full_report},
-                  {"kernel_wait_threshold_ns", options.kernel_wait_threshold_ns}};
+                  {"kernel_wait_threshold_ns", options.hta.kernel_wait_threshold_ns}};
   j["step"] = {{"predicted_ns", p.step_ns},
                {"measured_ns", m.step_ns},
                {"difference_ns", m.step_ns - p.step_ns},

@@ -324,7 +324,9 @@ TEST(DiffTest, CriticalPathOfTwoRanksMatchesHandComputation) {
   add(1, 1, 5, 25, "gemm", Category::kKernel, 1, false);
   add(1, 1, 30, 10, "ncclDevKernel_AllGather", Category::kKernel, -1, true);
   const DiffSide side = DiffSideFromTimeline(t, "hand");
-  auto diff = Diff(side, side, DiffOptions{});
+  DiffOptions options;
+  options.hta.round_to_whole_us = false;  // a nanosecond-scale trace
+  auto diff = Diff(side, side, options);
   ASSERT_TRUE(diff.ok()) << diff.status().message();
   const CriticalPath& path = diff->predicted.critical_path;
   EXPECT_EQ(path.start_ns, 0);
@@ -350,12 +352,16 @@ TEST(DiffTest, CriticalPathOfTwoRanksMatchesHandComputation) {
   // HTA metrics of rank 0: compute [5, 15], communication [15, 40]: no overlap.
   const RankMetrics& r0 = diff->predicted.ranks[0];
   EXPECT_EQ(r0.step_ns, 35);
-  EXPECT_EQ(r0.compute_ns, 10);
-  EXPECT_EQ(r0.comm_ns, 25);
-  EXPECT_EQ(r0.overlap_ns, 0);
-  EXPECT_EQ(r0.exposed_comm_ns, 25);
-  // The first kernel's launch ended at 2 and the stream was empty: no gap between kernels.
-  EXPECT_EQ(r0.idle_host_bound_ns + r0.idle_other_ns + r0.idle_kernel_wait_ns, 0);
+  EXPECT_EQ(r0.hta.compute_ns, 10);
+  EXPECT_EQ(r0.hta.comm_ns, 25);
+  EXPECT_EQ(r0.hta.overlap_ns, 0);
+  EXPECT_EQ(r0.exposed_comm_ns(), 25);
+  // GPU span [5, 40] with no gap: HTA's temporal breakdown has no idle time.
+  EXPECT_EQ(r0.hta.span_ns, 35);
+  EXPECT_EQ(r0.hta.idle_ns, 0);
+  EXPECT_EQ(r0.hta.non_compute_ns, 25);
+  ASSERT_EQ(r0.hta.streams.size(), 1u);
+  EXPECT_EQ(r0.hta.streams[0].idle_ns, 0);
 }
 
 TEST(DiffTest, IdleTimeIsSplitLikeHta) {
@@ -382,12 +388,18 @@ TEST(DiffTest, IdleTimeIsSplitLikeHta) {
   add(0, 42, 1, Category::kCudaRuntime, 4);
   add(1, 580, 10, Category::kKernel, 4);
   const DiffSide side = DiffSideFromTimeline(t, "idle");
-  auto diff = Diff(side, side, DiffOptions{});
+  DiffOptions options;
+  options.hta.round_to_whole_us = false;       // a nanosecond-scale trace
+  options.hta.kernel_wait_threshold_ns = 30;  // nanoseconds here
+  auto diff = Diff(side, side, options);
   ASSERT_TRUE(diff.ok());
   const RankMetrics& r = diff->predicted.ranks[0];
-  EXPECT_EQ(r.idle_host_bound_ns, 30);   // 10 -> 40, launch began at 30 > 10
-  EXPECT_EQ(r.idle_kernel_wait_ns, 20);  // 50 -> 70
-  EXPECT_EQ(r.idle_other_ns, 500);       // 80 -> 580
+  ASSERT_EQ(r.hta.streams.size(), 1u);
+  const HtaStreamIdle& idle = r.hta.streams[0];
+  EXPECT_EQ(idle.host_wait_ns, 30);    // 10 -> 40, launch began at 30 > 10
+  EXPECT_EQ(idle.kernel_wait_ns, 20);  // 50 -> 70
+  EXPECT_EQ(idle.other_ns, 500);       // 80 -> 580
+  EXPECT_EQ(r.hta.idle_ns, 550);       // span [0, 590] less 40 busy
   ASSERT_EQ(r.streams.size(), 1u);
   EXPECT_EQ(r.streams[0].busy_ns, 40);
 }

@@ -39,9 +39,6 @@ constexpr std::string_view kProfilerStepPrefix = "ProfilerStep#";
 // Process Group Description of the world group (c10d names it "default_pg"); Kineto reads
 // the rank from its collectives when distributedInfo is absent (output_json.cpp).
 constexpr std::string_view kDefaultProcessGroupDesc = "default_pg";
-// gzip member header (RFC 1952, section 2.3.1: ID1 = 0x1f, ID2 = 0x8b).
-constexpr unsigned char kGzipId1 = 0x1f;
-constexpr unsigned char kGzipId2 = 0x8b;
 // Flow ids are made unique across ranks as (rank << kFlowRankShift) | (id & kFlowIdMask),
 // as TraceRecorder does for simulated traces (CUPTI correlation ids are 32-bit).
 constexpr int kFlowRankShift = 32;
@@ -64,6 +61,12 @@ std::optional<int64_t> IntArg(const std::vector<Arg>& args, std::string_view key
   if (arg == nullptr) return std::nullopt;
   if (const auto* value = std::get_if<int64_t>(&arg->value)) return *value;
   return std::nullopt;
+}
+
+// Kineto's "External id"; schemaVersion 1 traces of 2021 spell it "external id".
+std::optional<int64_t> ExternalId(const std::vector<Arg>& args) {
+  if (std::optional<int64_t> id = IntArg(args, "External id")) return id;
+  return IntArg(args, "external id");
 }
 
 std::optional<std::string> StringArg(const std::vector<Arg>& args, std::string_view key) {
@@ -202,7 +205,7 @@ std::unordered_map<int64_t, ParamComms> ParamCommsByExternalId(const Timeline& r
   std::unordered_map<int64_t, ParamComms> out;
   for (const Slice& s : raw.slices) {
     if (s.name != kParamCommsOp || !s.collective) continue;
-    const std::optional<int64_t> external = IntArg(s.args, "External id");
+    const std::optional<int64_t> external = ExternalId(s.args);
     if (!external) continue;
     out[*external] = ParamComms{s.collective->seq, s.collective->rank, s.collective->process_group,
                                 s.collective->group_size};
@@ -239,7 +242,6 @@ void Convert(const Source& source, int64_t origin_ns, ImportedTrace& out, Import
   if (!has_host_thread) out.timeline.OnThread(ThreadInfo{rank, 0, "host thread", 0});
 
   const std::unordered_map<int64_t, ParamComms> param_comms = ParamCommsByExternalId(raw);
-  bool warned_seq = false;
   for (const Slice& s : raw.slices) {
     const std::optional<int32_t> tid = HasPid(s.pid) ? tid_of(s.pid, s.tid) : std::nullopt;
     if (!tid) {
@@ -270,7 +272,7 @@ void Convert(const Source& source, int64_t origin_ns, ImportedTrace& out, Import
         slice.args.push_back(Arg{"torch collective", c.collective_name});
         c.collective_name = normalized;
       }
-      const std::optional<int64_t> external = IntArg(s.args, "External id");
+      const std::optional<int64_t> external = ExternalId(s.args);
       auto it = external ? param_comms.find(*external) : param_comms.end();
       if (it != param_comms.end()) {
         if (c.seq < 0) c.seq = it->second.seq;
@@ -283,13 +285,6 @@ void Convert(const Source& source, int64_t origin_ns, ImportedTrace& out, Import
       // A "Rank" on the kernel itself is the rank in the group as well.
       if (c.rank >= 0 && !FindArg(slice.args, "group rank")) slice.args.push_back(Arg{"group rank", int64_t{c.rank}});
       c.rank = rank;
-      if (c.seq < 0 && !warned_seq) {
-        warned_seq = true;
-        out.warnings.push_back(fmt::format(
-            "{}: collective kernel '{}' at {} ns has no \"Seq\" (neither on the kernel nor on a record_param_comms op "
-            "with its External id); its seq stays -1",
-            source.name, s.name, slice.ts_ns));
-      }
     }
     if (std::optional<int64_t> step = ProfilerStepNumber(slice.name); step && slice.tid == 0) {
       out.steps.push_back(ImportedStep{rank, *step, slice.ts_ns, slice.ts_ns + slice.dur_ns});
@@ -336,18 +331,48 @@ void Convert(const Source& source, int64_t origin_ns, ImportedTrace& out, Import
   }
 }
 
-Status CheckNotGzip(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file.is_open()) return Status::IoError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  unsigned char magic[2] = {0, 0};
-  file.read(reinterpret_cast<char*>(magic), 2);
-  if (file.gcount() == 2 && magic[0] == kGzipId1 && magic[1] == kGzipId2) {
-    return Status::InvalidInput(
-        fmt::format("{}: gzip-compressed trace; shardscope does not link zlib, so decompress it first "
-                    "(gunzip -k '{}') and import the .json",
-                    path, path));
+// Collective kernels whose trace gives no Seq (PyTorch before 2.x, HTA's test traces, the
+// kernel's record_param_comms op outside the trace) are numbered by order: per rank and
+// process group, in start order, 1, 2, ... as PyTorch numbers them (ProcessGroupNCCL's
+// seqCollective_ counts every collective of the group, so the k-th one a rank ran is the k-th
+// on every member). This holds while the trace holds the same window of collectives on
+// every rank; a group where some kernel has a Seq keeps the Seq it has.
+void SequenceCollectivesWithoutSeq(ImportedTrace& out) {
+  std::map<std::pair<int32_t, std::string>, std::vector<size_t>> groups;  // (rank, group) -> slices
+  std::set<std::pair<int32_t, std::string>> with_seq;
+  for (size_t i = 0; i < out.timeline.slices.size(); ++i) {
+    const Slice& s = out.timeline.slices[i];
+    if (s.tid == 0 || s.category != Category::kKernel || !s.collective) continue;
+    const std::pair<int32_t, std::string> key{s.pid, s.collective->process_group};
+    if (s.collective->seq >= 0) {
+      with_seq.insert(key);
+    } else {
+      groups[key].push_back(i);
+    }
   }
-  return Status::Ok();
+  std::map<int32_t, int64_t> numbered;  // rank -> kernels numbered
+  for (auto& [key, indices] : groups) {
+    if (with_seq.count(key) != 0) continue;
+    std::stable_sort(indices.begin(), indices.end(), [&](size_t a, size_t b) {
+      return out.timeline.slices[a].ts_ns < out.timeline.slices[b].ts_ns;
+    });
+    for (size_t k = 0; k < indices.size(); ++k) {
+      Slice& slice = out.timeline.slices[indices[k]];
+      slice.collective->seq = static_cast<int64_t>(k) + 1;
+      slice.args.push_back(Arg{"Seq from", std::string("order")});
+    }
+    numbered[key.first] += static_cast<int64_t>(indices.size());
+  }
+  for (const auto& [rank, count] : numbered) {
+    std::string source;
+    for (const ImportedRank& r : out.ranks) {
+      if (r.rank == rank) source = r.source;
+    }
+    out.warnings.push_back(fmt::format(
+        "{}: {} collective kernel(s) carry no \"Seq\" (neither on the kernel nor on a record_param_comms op with its "
+        "External id); numbered 1, 2, ... by start time per process group (arg \"Seq from\": \"order\")",
+        source, count));
+  }
 }
 
 }  // namespace
@@ -457,6 +482,7 @@ StatusOr<ImportedTrace> ImportPytorchTimelines(std::vector<std::pair<std::string
   std::stable_sort(out.steps.begin(), out.steps.end(), [](const ImportedStep& a, const ImportedStep& b) {
     return std::tie(a.rank, a.start_ns) < std::tie(b.rank, b.start_ns);
   });
+  SequenceCollectivesWithoutSeq(out);
   return out;
 }
 
@@ -464,7 +490,6 @@ StatusOr<ImportedTrace> ImportPytorchTraces(const std::vector<std::string>& path
   std::vector<std::pair<std::string, Timeline>> inputs;
   inputs.reserve(paths.size());
   for (const std::string& path : paths) {
-    SHARDSCOPE_RETURN_IF_ERROR(CheckNotGzip(path));
     SHARDSCOPE_ASSIGN_OR_RETURN(Timeline timeline, ReadChromeTraceFile(path));
     inputs.emplace_back(path, std::move(timeline));
   }

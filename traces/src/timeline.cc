@@ -2,6 +2,7 @@
 #include "shardscope/traces/timeline.h"
 
 #include <array>
+#include <utility>
 
 namespace shardscope::traces {
 namespace {
@@ -24,6 +25,18 @@ Category ParseCategory(std::string_view name) {
   // category, and keeping it in Slice::raw_category makes the round trip exact.
   for (size_t i = 0; i + 1 < kCategoryNames.size(); ++i) {
     if (kCategoryNames[i] == name) return static_cast<Category>(i);
+  }
+  // Kineto's schemaVersion 1 traces of 2021 (PyTorch 1.8/1.9) name the same activities with
+  // capitals, as in kineto's tb_plugin sample resnet50_num_workers_0/
+  // worker0.1623143089861.pt.trace.json: "Operator" (CPU ops and the ProfilerStep#N
+  // annotations), "Runtime", "Kernel", "Memcpy", "Memset". Reading them as today's categories
+  // lets every reader (import, analyze, diff, calibrate) treat old and new traces alike.
+  static constexpr std::pair<std::string_view, Category> kSchema1Names[] = {
+      {"Kernel", Category::kKernel},        {"Memcpy", Category::kGpuMemcpy}, {"Memset", Category::kGpuMemset},
+      {"Runtime", Category::kCudaRuntime}, {"Operator", Category::kCpuOp},
+  };
+  for (const auto& [old_name, category] : kSchema1Names) {
+    if (old_name == name) return category;
   }
   return Category::kOther;
 }

@@ -25,15 +25,17 @@
 // - Strings are escaped for JSON; invalid UTF-8 becomes U+FFFD. Doubles print in the
 //   shortest form that reads back to the same value; NaN and infinities print as null.
 //
-// Reading accepts that layout, a bare array of events, and PyTorch-profiler traces. It
-// streams through the file: memory is proportional to the resulting Timeline, never to a
+// Reading accepts that layout, a bare array of events, and PyTorch-profiler traces, plain or
+// gzip-compressed (zlib; detected by the gzip magic bytes). It streams through the file: memory is proportional to the resulting Timeline, never to a
 // DOM of the file. A file exactly in the layout above (one event per line, as written) takes
 // a fast path, a scanner for that layout; anything else goes through nlohmann's SAX parser,
 // which also reports the errors. Both give the same Timeline (docs/DIFF.md, "Speed"). What
 // it keeps:
 // - "X" slices: the fields above; other args of scalar type (int64, double, string;
 //   booleans as 0/1; nested objects and arrays are skipped). "External id" is kept in args
-//   unless it merely repeats "op id". Unknown categories become kOther + raw_category.
+//   unless it merely repeats "op id". Unknown categories become kOther + raw_category;
+//   schemaVersion 1 (2021) names ("Kernel", "Memcpy", "Memset", "Runtime", "Operator") read
+//   as today's categories (ParseCategory).
 // - "i"/"I" instants, "C" counters (numeric args), "M" process/thread names and sort
 //   indices, flows paired by (cat, id): "s" with "f" or "t", in either order.
 // - "B"/"E" pairs and other phases are ignored.
@@ -48,6 +50,7 @@
 #ifndef SHARDSCOPE_TRACES_CHROME_TRACE_H_
 #define SHARDSCOPE_TRACES_CHROME_TRACE_H_
 
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <span>
@@ -118,8 +121,21 @@ Status WriteChromeTrace(const Timeline& timeline, const std::string& path);
 // for syntax errors, "<source>: /traceEvents/<i>/<key>: ..." for bad events).
 StatusOr<Timeline> ParseChromeTrace(std::string_view text, const std::string& source);
 
-// Reads a trace file, streaming it from disk (the file is never held in memory whole).
-StatusOr<Timeline> ReadChromeTraceFile(const std::string& path);
+// The most bytes a gzip-compressed trace may decompress to: 64 GiB, far above the largest
+// traces a browser or HTA opens (Perfetto's docs put the JSON limit near 2 GB), so only a
+// corrupt or hostile file reaches it; past it reading stops with an error.
+inline constexpr int64_t kMaxDecompressedTraceBytes = int64_t{64} << 30;
+
+// Reads a trace file, streaming it from disk (the file is never held in memory whole). A
+// gzip-compressed file (`*.pt.trace.json.gz`; recognised by its first two bytes, 1f 8b, not
+// by its name) is decompressed as it is parsed; corrupt or truncated gzip data, or data
+// decompressing past `max_decompressed_bytes`, is a kInvalidInput error naming the file.
+StatusOr<Timeline> ReadChromeTraceFile(const std::string& path,
+                                       int64_t max_decompressed_bytes = kMaxDecompressedTraceBytes);
+
+// ParseChromeTrace over bytes that may be gzip-compressed (as ReadChromeTraceFile decides).
+StatusOr<Timeline> ParseChromeTraceBytes(std::string_view bytes, const std::string& source,
+                                         int64_t max_decompressed_bytes = kMaxDecompressedTraceBytes);
 
 }  // namespace shardscope::traces
 

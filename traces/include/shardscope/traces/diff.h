@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardscope/traces/hta_metrics.h"
 #include "shardscope/traces/status.h"
 #include "shardscope/traces/timeline.h"
 
@@ -53,12 +54,58 @@ struct DiffSide {
   // this rank (PyTorch-profiler traces: distributedInfo.rank).
   static constexpr int32_t kPidIsRank = -1;
   std::vector<int32_t> file_rank;
+  // From the report.json beside a `shardscope run` trace.json ("runtime"), when there is one:
+  // the host backend's --time-scale (kernels busy-waited predicted x scale) and the warm-up
+  // steps run before the measured ones. -1 / 0: not known.
+  double time_scale = -1;
+  int32_t warmup_steps = -1;
+  // Set by SelectDiffStep: the step this side was cut to (-1: the whole trace) and how it
+  // was chosen; warnings about the side (time scale).
+  int64_t selected_step = -1;
+  std::string step_note;
+  std::vector<std::string> warnings;
 };
 
-// Reads a trace file, or a directory holding trace.json, or a directory of per-rank *.json
-// files (rank from each file's distributedInfo.rank; two files with the same rank are an
+// One step of one rank: its number and the time window it spans.
+struct TraceStepSpan {
+  int32_t rank = 0;
+  int64_t step = 0;
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+};
+
+// The steps a side holds, by (step, rank). Our own traces (`run --profile`) carry the step in
+// each slice's "step" arg: a rank's step spans its slices of that step. PyTorch-profiler traces
+// mark steps with ProfilerStep#N annotations (torch/profiler/profiler.py profile.step): the
+// annotation's span. Empty when the side marks no step (a `simulate` trace: one step).
+std::vector<TraceStepSpan> FindTraceSteps(const DiffSide& side);
+
+// Cuts a side to one step: per rank, the slices of step `step` (by their "step" arg; else
+// those starting inside the rank's step window, and device slices launched from a kept host
+// slice through their correlation id). Instants, counters and flows inside the kept windows
+// stay. Fails (kInvalidInput) when the side has no such step.
+StatusOr<DiffSide> CutToStep(const DiffSide& side, int64_t step);
+
+// The diff compares one step with one step, never a multi-step trace with a predicted step
+// (docs/DIFF.md, "Steps"). When `measured` holds several steps it is cut to step
+// `requested` (>= 0), else to its median measured step: of the steps after the warm-up
+// (report.json's runtime.warmup when known; all steps otherwise), the one whose duration
+// (its slowest rank's window) is the median, the lower one for an even count, the earlier
+// step on a tie. `predicted` is cut to the same step when it holds steps (to its median when
+// it lacks that one). Each side's step_note says what was done; a measured run that used a
+// --time-scale other than 1 gets a warning (its kernels busy-waited a scaled prediction).
+Status SelectDiffStep(DiffSide& predicted, DiffSide& measured, int64_t requested);
+
+// Reads a trace file (plain or gzip-compressed), or a directory holding trace.json, or a
+// directory of per-rank *.json / *.json.gz files (rank from each file's distributedInfo.rank; two files with the same rank are an
 // error). Errors are kInvalidInput and name the file.
 StatusOr<DiffSide> LoadDiffSide(const std::string& path);
+
+// Several traces as one side (`shardscope analyze TRACE...`): each path as LoadDiffSide reads
+// it. A PyTorch-profiler file that does not say its rank (no distributedInfo, or world_size
+// 1) takes its position in `paths` as its rank, with a warning; two files of one rank are an
+// error. One path is LoadDiffSide.
+StatusOr<DiffSide> LoadTraceFiles(const std::vector<std::string>& paths, std::vector<std::string>* warnings);
 
 // A side made of one in-memory timeline (tests, benchmarks), with LoadDiffSide's rank rule.
 DiffSide DiffSideFromTimeline(Timeline timeline, std::string source);
@@ -69,10 +116,9 @@ struct DiffOptions {
   // report.json lists every critical-path step (hundreds of thousands on a large trace)
   // instead of the top_n steps holding the most time.
   bool full_report = false;
-  // HTA's idle-time "kernel wait": a gap between consecutive kernels on a stream shorter than
-  // this is launch overhead (hta/analyzers/breakdown_analysis.py, consecutive_kernel_delay,
-  // default 30 ns in hta/trace_analysis.py get_idle_time_breakdown).
-  int64_t kernel_wait_threshold_ns = 30;
+  // Holistic Trace Analysis's metrics per rank (hta_metrics.h; the same code as `shardscope
+  // analyze`). Its rank is this rank.
+  HtaOptions hta;
 };
 
 // What an op is, for per-class error statistics. Rules in ClassifySlice (diff_metrics.cc)
@@ -136,7 +182,8 @@ struct DiffEvent {
   int64_t end_ns() const { return ts_ns + dur_ns; }
 };
 
-// Holistic Trace Analysis metrics of one rank (diff_metrics.cc cites each definition).
+// Metrics of one rank: its step, the busy time of each stream, and Holistic Trace Analysis's
+// metrics (hta_metrics.h; the same implementation as `shardscope analyze`).
 struct StreamBusy {
   int32_t track = 0;
   int64_t busy_ns = 0;
@@ -148,14 +195,8 @@ struct RankMetrics {
   int32_t steps = 1;
   bool from_profiler_steps = false; // ProfilerStep# annotations (else the device span)
   std::vector<StreamBusy> streams;  // per device track, in track order
-  int64_t compute_ns = 0;           // union of compute kernels
-  int64_t comm_ns = 0;              // union of communication kernels
-  int64_t overlap_ns = 0;           // |compute ∩ comm|
-  double overlap_ratio = 0;         // overlap / comm (0 without communication)
-  int64_t exposed_comm_ns = 0;      // comm - overlap
-  int64_t idle_host_bound_ns = 0;   // summed over streams
-  int64_t idle_kernel_wait_ns = 0;
-  int64_t idle_other_ns = 0;
+  HtaRankMetrics hta;               // temporal breakdown, overlap, idle time per stream
+  int64_t exposed_comm_ns() const { return hta.comm_ns - hta.overlap_ns; }
 };
 
 // One op on a critical path, in path order: the time the path spends waiting before it

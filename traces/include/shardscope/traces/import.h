@@ -43,8 +43,12 @@
 //   are put on one axis whose origin is the earliest kept event of any rank; TraceInfo::
 //   base_time_ns records that origin. Host clocks are trusted as they are: ranks on other
 //   nodes are off by their clock skew (NTP/PTP), which is not estimated.
-// - Compressed files (gzip magic 1f 8b, `*.pt.trace.json.gz`) are refused with a message:
-//   shardscope does not link zlib; decompress them first (gunzip -k FILE).
+// - Compressed files (`*.pt.trace.json.gz`, recognised by the gzip magic 1f 8b) are read as
+//   they decompress (ReadChromeTraceFile); schemaVersion 1 files (2021: "Kernel",
+//   "Runtime", "Operator" categories, "external id") read like current ones.
+// - Collective kernels without a Seq anywhere (older PyTorch; NCCL args but no
+//   record_param_comms in the trace) are numbered 1, 2, ... per rank and process group in
+//   start order, marked with the arg "Seq from": "order", and a warning says so.
 #ifndef SHARDSCOPE_TRACES_IMPORT_H_
 #define SHARDSCOPE_TRACES_IMPORT_H_
 
@@ -88,7 +92,7 @@ struct ImportedTrace {
 };
 
 // Reads every file (streaming, see ReadChromeTraceFile) and merges them. Errors name the
-// file: unreadable, gzip-compressed, not a trace, rank out of range or repeated.
+// file: unreadable, corrupt gzip data, not a trace, rank out of range or repeated.
 StatusOr<ImportedTrace> ImportPytorchTraces(const std::vector<std::string>& paths);
 
 // The same over timelines already parsed (source name, timeline), in argument order.

@@ -1,0 +1,90 @@
+// `shardscope analyze TRACE... [--json] [-o FILE]`: Holistic Trace Analysis's per-rank GPU
+// metrics (traces/hta_metrics.h) of traces users already have: PyTorch-profiler files
+// (`*.pt.trace.json[.gz]`, one per rank, any schema version), `shardscope simulate`'s and
+// `shardscope run --profile`'s trace.json, or directories holding them. docs/ANALYZE.md.
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "shardscope/traces/diff.h"
+#include "shardscope/traces/file_io.h"
+#include "shardscope/traces/hta_metrics.h"
+
+namespace shardscope::cli {
+namespace {
+
+struct AnalyzeOptions {
+  std::vector<std::string> traces;
+  bool json = false;
+  std::string output;  // "" : standard output
+  int rank = -1;
+  double kernel_wait_threshold_us = 30;
+  bool include_last_step = false;
+  bool exact_ns = false;
+};
+
+Status RunAnalyze(const AnalyzeOptions& options) {
+  if (options.rank < -1) return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
+  if (!(options.kernel_wait_threshold_us >= 0) || options.kernel_wait_threshold_us > 1e9) {
+    return Status::InvalidInput(
+        fmt::format("--kernel-wait-threshold-us: expected a number of microseconds >= 0, got {}",
+                    options.kernel_wait_threshold_us));
+  }
+  std::vector<std::string> warnings;
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide side, traces::LoadTraceFiles(options.traces, &warnings));
+  traces::HtaOptions hta;
+  hta.rank = options.rank;
+  hta.kernel_wait_threshold_ns = static_cast<int64_t>(options.kernel_wait_threshold_us * 1000.0 + 0.5);
+  hta.include_last_profiler_step = options.include_last_step;
+  hta.round_to_whole_us = !options.exact_ns;
+  const std::vector<traces::HtaRankMetrics> ranks = traces::ComputeHtaMetrics(side, hta);
+  if (ranks.empty()) {
+    return Status::InvalidInput(options.rank >= 0 ? fmt::format("--rank {}: no events of that rank", options.rank)
+                                                  : fmt::format("{}: no events", side.source));
+  }
+  for (const std::string& warning : warnings) std::cerr << "shardscope analyze: warning: " << warning << "\n";
+  const std::string text = options.json ? traces::HtaMetricsJson(ranks, hta) : traces::HtaMetricsText(ranks);
+  if (options.output.empty()) {
+    std::cout << text;
+    return Status::Ok();
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(options.output, text));
+  std::cout << fmt::format("wrote {}\n", options.output);
+  return Status::Ok();
+}
+
+}  // namespace
+
+CommandRunner AddAnalyzeCommand(CLI::App& app) {
+  auto options = std::make_shared<AnalyzeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "analyze",
+      "Holistic Trace Analysis's metrics per rank: temporal breakdown (idle / compute / non-compute % of the "
+      "GPU span), communication-computation overlap, idle time per stream (host wait, kernel wait, other) and "
+      "kernel types (docs/ANALYZE.md)");
+  cmd->add_option("traces", options->traces,
+                  "PyTorch-profiler traces (*.pt.trace.json or .json.gz, one per rank; the rank is distributedInfo.rank, "
+                  "else the position among these arguments), shardscope trace.json files, or directories holding them")
+      ->required();
+  cmd->add_flag("--json", options->json, "Print JSON ({\"ranks\":[{\"rank\",\"idle_pct\",...}]}) instead of tables");
+  cmd->add_option("-o,--output", options->output, "Write to this file instead of standard output");
+  cmd->add_option("--rank", options->rank, "Analyze this rank only");
+  cmd->add_option("--kernel-wait-threshold-us", options->kernel_wait_threshold_us,
+                  "A gap between kernels on a stream shorter than this is kernel wait (HTA's consecutive_kernel_delay "
+                  "of 30, applied to Kineto's microsecond timestamps)")
+      ->capture_default_str();
+  cmd->add_flag("--include-last-step", options->include_last_step,
+                "Keep the GPU work of the last ProfilerStep (HTA's include_last_profiler_step)");
+  cmd->add_flag("--exact-ns", options->exact_ns,
+                "Do not round fractional-microsecond timestamps inward to whole microseconds as HTA's parser does");
+  return [cmd, options]() -> std::optional<Status> {
+    if (!*cmd) return std::nullopt;
+    return RunAnalyze(*options);
+  };
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,111 @@
+// Tests of GzipInputBuffer (gzip_stream.h): data compressed here with zlib's gzip wrapper
+// must come back byte for byte; bad data must stop with an error, never loop or grow.
+#include "gzip_stream.h"
+
+#include <zlib.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "shardscope/traces/chrome_trace.h"
+
+namespace shardscope::traces::trace_internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Gzip(const std::string& text) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, static_cast<uLong>(text.size())) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// Everything the buffer gives, and its error.
+std::pair<std::string, std::optional<std::string>> Inflate(const std::string& compressed, int64_t limit) {
+  std::istringstream in(compressed);
+  GzipInputBuffer gzip(in, limit);
+  std::ostringstream out;
+  std::istream text(&gzip);
+  out << text.rdbuf();
+  return {out.str(), gzip.error()};
+}
+
+// A megabyte of varied text: more than one of the buffer's blocks, in and out.
+std::string BigText() {
+  std::string text;
+  for (int i = 0; text.size() < (1u << 20); ++i) text += std::to_string(i * 7919 % 100003) + (i % 13 == 0 ? "\n" : ",");
+  return text;
+}
+
+TEST(GzipStreamTest, MagicIsTheFirstTwoBytes) {
+  EXPECT_TRUE(IsGzip(std::string("\x1f\x8b\x08", 3)));
+  EXPECT_FALSE(IsGzip("{\"traceEvents\": []}"));
+  EXPECT_FALSE(IsGzip(std::string("\x1f", 1)));
+  EXPECT_FALSE(IsGzip(""));
+}
+
+TEST(GzipStreamTest, RoundTripsAcrossBlocks) {
+  const std::string text = BigText();
+  const auto [out, error] = Inflate(Gzip(text), kMaxDecompressedTraceBytes);
+  EXPECT_FALSE(error.has_value()) << *error;
+  EXPECT_EQ(out, text);
+}
+
+TEST(GzipStreamTest, ConcatenatedMembersReadAsOne) {
+  const auto [out, error] = Inflate(Gzip("first half, ") + Gzip("second half"), kMaxDecompressedTraceBytes);
+  EXPECT_FALSE(error.has_value());
+  EXPECT_EQ(out, "first half, second half");
+}
+
+TEST(GzipStreamTest, StopsAtTheLimit) {
+  const std::string text = BigText();
+  const auto [out, error] = Inflate(Gzip(text), 1000);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_THAT(*error, HasSubstr("decompresses to more than 1000 bytes"));
+  EXPECT_LT(out.size(), text.size());
+}
+
+TEST(GzipStreamTest, TruncatedAndCorruptDataAreErrors) {
+  const std::string whole = Gzip(BigText());
+  const auto truncated = Inflate(whole.substr(0, whole.size() - 100), kMaxDecompressedTraceBytes);
+  ASSERT_TRUE(truncated.second.has_value());
+  EXPECT_THAT(*truncated.second, HasSubstr("truncated gzip data"));
+  // The trailer's CRC-32 no longer matches (RFC 1952, section 2.3.1).
+  std::string bad_crc = whole;
+  bad_crc[bad_crc.size() - 6] = static_cast<char>(bad_crc[bad_crc.size() - 6] ^ 0x01);
+  const auto crc = Inflate(bad_crc, kMaxDecompressedTraceBytes);
+  ASSERT_TRUE(crc.second.has_value());
+  EXPECT_THAT(*crc.second, HasSubstr("corrupt gzip data"));
+  // Garbage after a complete member.
+  const auto trailing = Inflate(Gzip("{}") + "garbage", kMaxDecompressedTraceBytes);
+  ASSERT_TRUE(trailing.second.has_value());
+  EXPECT_THAT(*trailing.second, HasSubstr("corrupt gzip data"));
+}
+
+TEST(GzipStreamTest, ParsedTraceErrorsNameTheSource) {
+  const StatusOr<Timeline> ok = ParseChromeTraceBytes(Gzip(R"({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2}]})"),
+                                                      "t.json.gz");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  ASSERT_EQ(ok->slices.size(), 1u);
+  EXPECT_EQ(ok->slices[0].ts_ns, 1500);
+  const StatusOr<Timeline> syntax = ParseChromeTraceBytes(Gzip("{\"traceEvents\": [\n  {,}]}"), "bad.json.gz");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_EQ(syntax.status().code(), StatusCode::kInvalidInput);
+  EXPECT_THAT(syntax.status().message(), HasSubstr("bad.json.gz:2:"));
+  EXPECT_THAT(syntax.status().message(), HasSubstr("of the decompressed text"));
+}
+
+}  // namespace
+}  // namespace shardscope::traces::trace_internal
