@@ -372,7 +372,8 @@ int main(int argc, char** argv) {
   // Commands added after the first ones: each runner says whether its command ran.
   const std::vector<shardscope::cli::CommandRunner> more_runners = {
       shardscope::cli::AddImportCommand(app), shardscope::cli::AddCalibrateCommand(app),
-      shardscope::cli::AddRunCommand(app), shardscope::cli::AddDiffCommand(app)};
+      shardscope::cli::AddRunCommand(app), shardscope::cli::AddDiffCommand(app),
+      shardscope::cli::AddFlightRecorderCommand(app)};
 
   try {
     app.parse(argc, argv);
