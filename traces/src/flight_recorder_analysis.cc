@@ -29,7 +29,8 @@
 //     group (utils.py check_size_alltoall, skipped before version 2.4 as error_analysis does).
 //   - Hang: the first sequence number of a group with a missing rank, a mismatch, or (the
 //     partial case of error_analysis) a rank without a dump while no rank that entered has
-//     completed it. Later sequence numbers of the group are its consequences.
+//     completed it; a difference of state alone counts only when the group shows nothing
+//     else. Later sequence numbers of the group are its consequences.
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -294,6 +295,7 @@ class GroupAnalyzer {
       for (const auto& [seq, entries] : m) seqs.insert(seq);
     }
     const std::vector<int32_t>& members = key_.second;
+    std::optional<FrHang> state_candidate;
     for (int64_t seq : seqs) {
       FrHang h;
       h.pg_name = key_.first;
@@ -358,9 +360,16 @@ class GroupAnalyzer {
       if (h.missing_ranks.empty() && !h.mismatch && !partial) continue;
       if (!p2p) h.oldest_incomplete_seq = OldestIncompleteBeforeBuffers(by_rank, *seqs.begin());
       h.description = Describe(h, entered);
-      return h;
+      // A difference of state alone (completed on some ranks, not on others) is also how a
+      // rank whose GPU stopped looks while its peers went on (the 16-rank fixture's rank 12
+      // shows as scheduled what ranks 13 and 15 completed): it is the group's hang only when
+      // the group shows nothing else.
+      const bool state_only = h.missing_ranks.empty() && !partial && h.mismatch &&
+                              h.mismatch->kind == "COLLECTIVE_STATE_MISMATCH";
+      if (!state_only) return h;
+      if (!state_candidate) state_candidate = std::move(h);
     }
-    return std::nullopt;
+    return state_candidate;
   }
 
   // The smallest last_completed_collective + 1 over the dumped members whose pg_status is
