@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -126,6 +127,9 @@ bool IsValidUtf8(std::string_view text) {
 // One pass over the bytes; the stack and memo hold (object, arena index) pairs so that the
 // depth of each object (kept beside the arena) is found without a pointer lookup.
 class PickleParser {
+  // Dicts up to this size deduplicate keys by a linear scan; larger ones get an index.
+  static constexpr size_t kIndexedDictSize = 32;
+
  public:
   PickleParser(std::string_view bytes, std::string_view source)
       : bytes_(bytes), source_(source), doc_(std::make_unique<PickleDocument>()) {}
@@ -297,34 +301,94 @@ class PickleParser {
     SHARDSCOPE_RETURN_IF_ERROR(Contain(dict, key));
     SHARDSCOPE_RETURN_IF_ERROR(Contain(dict, value));
     auto& entries = dict.object->entries;
-    const std::string dedup = DedupKey(*key.object);
-    if (!dedup.empty()) {
-      // An index per dict, so that a fuzzed dict of a million keys stays linear.
-      auto& index = dict_index_[dict.id];
-      auto [it, inserted] = index.emplace(dedup, entries.size());
-      if (!inserted) {
-        entries[it->second].second = value.object;
-        return Status::Ok();
+    const std::string_view kind_ok = DedupKind(*key.object);
+    if (!kind_ok.empty()) {
+      if (entries.size() < kIndexedDictSize && dict_index_.count(dict.id) == 0) {
+        // Small dicts (every dict in PyTorch's files): a linear scan, no allocation.
+        for (auto& entry : entries) {
+          if (SameKey(*entry.first, *key.object)) {
+            entry.second = value.object;
+            return Status::Ok();
+          }
+        }
+      } else {
+        // An index per large dict, so that a fuzzed dict of a million keys stays linear.
+        auto& index = dict_index_[dict.id];
+        if (index.empty()) {
+          for (size_t i = 0; i < entries.size(); ++i) {
+            const std::string k = DedupKey(*entries[i].first);
+            if (!k.empty()) index.emplace(k, i);
+          }
+        }
+        auto [it, inserted] = index.emplace(DedupKey(*key.object), entries.size());
+        if (!inserted) {
+          entries[it->second].second = value.object;
+          return Status::Ok();
+        }
       }
     }
     entries.emplace_back(key.object, value.object);
     return Status::Ok();
   }
 
+  // Non-empty for the key kinds a dict deduplicates (str, int, bool).
+  static std::string_view DedupKind(const PickleObject& key) {
+    switch (key.kind) {
+      case PickleObject::Kind::kString: return "s";
+      case PickleObject::Kind::kInt:
+      case PickleObject::Kind::kBool: return "i";
+      default: return "";
+    }
+  }
+
+  static bool SameKey(const PickleObject& a, const PickleObject& b) {
+    using Kind = PickleObject::Kind;
+    if (a.kind == Kind::kString || b.kind == Kind::kString) {
+      return a.kind == b.kind && a.string_value == b.string_value;
+    }
+    const auto number = [](const PickleObject& o) -> std::optional<int64_t> {
+      if (o.kind == Kind::kInt) return o.int_value;
+      if (o.kind == Kind::kBool) return o.bool_value ? 1 : 0;
+      return std::nullopt;
+    };
+    const auto x = number(a), y = number(b);
+    return x && y && *x == *y;
+  }
+
+  // The memo: indices are dense in what picklers write (0, 1, 2, ...), so a vector holds them;
+  // an index far beyond the puts seen so far (a hostile LONG_BINPUT 4000000000) goes to a
+  // hash map instead of growing the vector.
+  Ref* MemoSlot(uint64_t index) {
+    if (index < memo_dense_.size()) {
+      return memo_dense_[index].object != nullptr ? &memo_dense_[index] : nullptr;
+    }
+    auto it = memo_sparse_.find(index);
+    return it == memo_sparse_.end() ? nullptr : &it->second;
+  }
+
   Status Memo(uint64_t index) {
     if (stack_.empty() || (!marks_.empty() && stack_.size() == marks_.back())) {
       return Error(op_offset_, "a memo put with nothing on the stack");
     }
-    memo_[index] = stack_.back();
+    if (Ref* slot = MemoSlot(index)) {
+      *slot = stack_.back();
+      return Status::Ok();
+    }
+    ++memo_count_;
+    if (index < memo_dense_.size() || index < 4 * memo_count_ + 1024) {
+      if (index >= memo_dense_.size()) memo_dense_.resize(index + 1);
+      memo_dense_[index] = stack_.back();
+      memo_sparse_.erase(index);
+    } else {
+      memo_sparse_[index] = stack_.back();
+    }
     return Status::Ok();
   }
 
   Status Get(uint64_t index) {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) {
-      return Error(op_offset_, fmt::format("memo index {} was never stored", index));
-    }
-    stack_.push_back(it->second);
+    const Ref* slot = MemoSlot(index);
+    if (slot == nullptr) return Error(op_offset_, fmt::format("memo index {} was never stored", index));
+    stack_.push_back(*slot);
     return Status::Ok();
   }
 
@@ -584,7 +648,7 @@ class PickleParser {
         return Memo(index);
       }
       case kMemoize:  // MEMOIZE: the next index is the memo's size (Lib/pickle.py load_memoize)
-        return Memo(memo_.size());
+        return Memo(memo_count_);
       case kPut: {
         SHARDSCOPE_ASSIGN_OR_RETURN(std::string_view line, TakeLine("PUT"));
         SHARDSCOPE_ASSIGN_OR_RETURN(uint64_t index, ParseDecimalIndex(line, "PUT"));
@@ -624,7 +688,9 @@ class PickleParser {
   std::vector<Ref> stack_;
   std::vector<size_t> marks_;                 // stack sizes at each open MARK
   std::vector<int64_t> depth_;                // per arena index: levels of nesting, 1 for a leaf
-  std::unordered_map<uint64_t, Ref> memo_;    // index -> object (lookups only, never iterated)
+  std::vector<Ref> memo_dense_;               // index -> object (object nullptr: unset)
+  std::unordered_map<uint64_t, Ref> memo_sparse_;  // far indices (lookups only, never iterated)
+  uint64_t memo_count_ = 0;                   // distinct indices stored (MEMOIZE's next index)
   std::unordered_map<int64_t, std::unordered_map<std::string, size_t>> dict_index_;
 };
 

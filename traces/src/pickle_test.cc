@@ -260,6 +260,25 @@ TEST(PickleTest, MalformedStreamsNameTheProblemAndOffset) {
   }
 }
 
+TEST(PickleTest, FarMemoIndicesAndLargeDictsStayCorrect) {
+  // LONG_BINPUT 4000000000 (far beyond the puts seen: kept apart, not a 4-billion vector),
+  // then MEMOIZE (index 1, the memo's size) and gets of both.
+  auto doc = MustParse(B("\x80\x04K\x07r\x00\x28\x6b\xee\x30K\x08\x94\x30(j\x00\x28\x6b\xeeh\x01l."));
+  ASSERT_NE(doc, nullptr);
+  EXPECT_EQ(Repr(doc->root()), "[7, 8]");
+  // A dict of 40 keys set twice (past the linear-scan size): 40 entries, the last values.
+  std::string bytes = B("\x80\x02}(");
+  for (int round = 0; round < 2; ++round) {
+    for (int k = 0; k < 40; ++k) bytes += B("K") + static_cast<char>(k) + B("K") + static_cast<char>(round);
+  }
+  bytes += B("u.");
+  doc = MustParse(bytes);
+  ASSERT_NE(doc, nullptr);
+  ASSERT_EQ(doc->root().entries.size(), 40u);
+  EXPECT_EQ(doc->root().entries[39].first->int_value, 39);
+  EXPECT_EQ(doc->root().entries[39].second->int_value, 1);
+}
+
 // l = []; l.append(l); pickle.dumps(l, 2) gives PROTO 2, EMPTY_LIST, BINPUT 0, BINGET 0, APPEND, STOP'
 TEST(PickleTest, CyclesAreAcceptedAndHeldByTheArena) {
   auto doc = MustParse(B("\x80\x02]q\x00h\x00" "a."));
