@@ -466,6 +466,9 @@ StatusOr<FlightRecorderDump> ParseFlightRecorderDump(std::string_view bytes, std
     } catch (const nlohmann::json::parse_error& e) {
       return Status::InvalidInput(fmt::format("{}:{}: not valid JSON: {}", source, LineColumn(bytes, e.byte),
                                               JsonErrorText(e)));
+    } catch (const nlohmann::json::exception& e) {
+      // out_of_range: a number too large for a double ("1e9999").
+      return Status::InvalidInput(fmt::format("{}: not valid JSON: {}", source, JsonErrorText(e)));
     }
     return DumpReader<JsonNode>(source).Dump(JsonNode(&json), rank_from_name);
   }

@@ -268,7 +268,13 @@ class GroupAnalyzer {
 
  private:
   // The pg_status of `rank` for this group, when it can be found (see the file comment).
-  std::optional<FrPgStatus> StatusOf(int32_t rank) const {
+  const std::optional<FrPgStatus>& StatusOf(int32_t rank) const {
+    auto cached = status_cache_.find(rank);
+    if (cached == status_cache_.end()) cached = status_cache_.emplace(rank, FindStatus(rank)).first;
+    return cached->second;
+  }
+
+  std::optional<FrPgStatus> FindStatus(int32_t rank) const {
     const FlightRecorderDump& dump = *dumps_.at(rank);
     std::optional<int64_t> pg_id;
     bool names_are_ids = true;  // our dumps (and PyTorch's default group) name PGs by their id
@@ -304,43 +310,48 @@ class GroupAnalyzer {
       h.p2p = p2p;
       h.seq = seq;
       std::vector<std::pair<int32_t, const FrEntry*>> entered;
+      // Statuses first, cheaply; the per-rank details are copied only for a hang.
+      struct Light {
+        int32_t rank;
+        FrRankStatus status;
+        const FrEntry* entry;
+        int64_t last_enqueued;
+      };
+      std::vector<Light> states;
+      states.reserve(members.size());
       for (int32_t r : members) {
-        FrRankState st;
-        st.rank = r;
-        auto dump = dumps_.find(r);
-        if (dump == dumps_.end()) {
+        Light st{r, FrRankStatus::kNotInBuffer, nullptr, -1};
+        if (!dumps_.count(r)) {
           st.status = FrRankStatus::kNoDump;
           h.no_dump_ranks.push_back(r);
-          h.rank_states.push_back(std::move(st));
+          states.push_back(st);
           continue;
         }
-        if (!dump->second->entries.empty()) st.last_entry = dump->second->entries.back();
         auto mine = by_rank.find(r);
         const BySeq* m = mine == by_rank.end() ? nullptr : &mine->second;
-        if (m != nullptr && m->count(seq)) {
+        auto at = m != nullptr ? m->find(seq) : BySeq::const_iterator();
+        if (m != nullptr && at != m->end()) {
           st.status = FrRankStatus::kEntered;
-          st.entry = *m->at(seq).front();
-          entered.emplace_back(r, m->at(seq).front());
+          st.entry = at->second.front();
+          entered.emplace_back(r, st.entry);
           h.waiting_ranks.push_back(r);
         } else if (m != nullptr && !m->empty() && m->rbegin()->first < seq) {
           st.status = FrRankStatus::kNeverEntered;
-          st.entry = *m->rbegin()->second.back();
+          st.entry = m->rbegin()->second.back();
           h.missing_ranks.push_back(r);
         } else if ((m == nullptr || m->empty()) && !p2p) {
-          const std::optional<FrPgStatus> status = StatusOf(r);
+          const std::optional<FrPgStatus>& status = StatusOf(r);
           if (status && status->last_enqueued >= 0 && status->last_enqueued < seq) {
             st.status = FrRankStatus::kNeverEntered;
             st.last_enqueued = status->last_enqueued;
             h.missing_ranks.push_back(r);
           } else {
-            st.status = FrRankStatus::kNotInBuffer;
             h.not_in_buffer_ranks.push_back(r);
           }
         } else {
-          st.status = FrRankStatus::kNotInBuffer;
           h.not_in_buffer_ranks.push_back(r);
         }
-        h.rank_states.push_back(std::move(st));
+        states.push_back(st);
       }
       if (entered.empty()) continue;
       const FrEntry& ref = *entered.front().second;
@@ -359,6 +370,17 @@ class GroupAnalyzer {
       const bool partial = !h.no_dump_ranks.empty() && !any_completed;
       if (h.missing_ranks.empty() && !h.mismatch && !partial) continue;
       if (!p2p) h.oldest_incomplete_seq = OldestIncompleteBeforeBuffers(by_rank, *seqs.begin());
+      for (const Light& light : states) {
+        FrRankState st;
+        st.rank = light.rank;
+        st.status = light.status;
+        st.last_enqueued = light.last_enqueued;
+        if (light.entry != nullptr) st.entry = *light.entry;
+        if (light.status != FrRankStatus::kNoDump && !dumps_.at(light.rank)->entries.empty()) {
+          st.last_entry = dumps_.at(light.rank)->entries.back();
+        }
+        h.rank_states.push_back(std::move(st));
+      }
       h.description = Describe(h, entered);
       // A difference of state alone (completed on some ranks, not on others) is also how a
       // rank whose GPU stopped looks while its peers went on (the 16-rank fixture's rank 12
@@ -378,7 +400,7 @@ class GroupAnalyzer {
     int64_t oldest = -1;
     for (int32_t r : key_.second) {
       if (!dumps_.count(r)) continue;
-      const std::optional<FrPgStatus> status = StatusOf(r);
+      const std::optional<FrPgStatus>& status = StatusOf(r);
       if (!status || status->last_completed < 0) continue;
       auto mine = by_rank.find(r);
       // A rank that enqueued nothing past its last completion is not waiting in this group.
@@ -510,6 +532,7 @@ class GroupAnalyzer {
   const std::map<int32_t, const FlightRecorderDump*>& dumps_;
   std::pair<int, int> version_;
   std::map<int32_t, BySeq> coll_, p2p_;
+  mutable std::map<int32_t, std::optional<FrPgStatus>> status_cache_;  // StatusOf, per rank
 };
 
 bool NameLess(const std::string& a, const std::string& b) {

@@ -176,6 +176,7 @@ TEST(FlightRecorderTest, MalformedDumpsNameTheFileAndKeyPath) {
        "dump: pg_config[\"0\"].ranks: expected a rank list such as \"[0, 1]\", got \"[0, x]\""},
       {R"({"rank": 3, "entries": []})", "dump: rank: the dump says rank 3 but its file name says rank 2"},
       {"{\"entries\": [", "not valid JSON"},
+      {"{\"entries\": [], \"x\": 0.01e2779}", "dump: not valid JSON: number overflow"},
       {"PK\x03\x04", "dump: neither a pickle (PyTorch's default dump) nor a JSON dump"},
       {std::string("\x80\x02K\x01.", 5), "dump: top level: expected a dict with 'entries', got int"},
       {std::string(100, '[') + "{", "dump: neither a pickle"},
