@@ -6,7 +6,9 @@
 // pickle dict, dump_json the JSON; keys from FlightRecorder.hpp: version_key, pg_config_key,
 // pg_status_key, entries_key, record_id_key, pg_id_key, pg_name_key, collective_seq_id_key,
 // p2p_seq_id_key, op_id_key, profiling_name_key, time_created_key, input_sizes_key, ...).
-// Variants accepted, by what PyTorch wrote over the versions:
+// Variants accepted, by what PyTorch wrote over the versions and in its two forms:
+//   - dump_json: `pg_status` values as decimal strings, discovery times 0 when unknown (null
+//     in the pickle), no `entries` key when the buffer is empty;
 //   - `collective_seq_id` absent, `seq_id` present (versions before 2.3 had one sequence id);
 //   - `p2p_seq_id`, `op_id`, `is_p2p`, the dtypes, `timeout_ms`, `retired`, the discovered
 //     times, `pg_status`, `version` absent (older versions); is_p2p then follows the name
@@ -133,6 +135,24 @@ class DumpReader {
   StatusOr<int64_t> IntOrNull(const Node& n, const std::string& path) const {
     if (n.IsNull()) return int64_t{-1};
     return Int(n, path);
+  }
+  // An int or its decimal text: dump_json writes pg_status values with std::to_string
+  // (FlightRecorder.cpp getPgStatusJson) where the pickle has ints.
+  StatusOr<int64_t> IntOrDecimal(const Node& n, const std::string& path) const {
+    if (!n.IsString()) return IntOrNull(n, path);
+    const std::string& text = n.Str();
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+      return Error(path, fmt::format("expected an integer, got \"{}\"", text));
+    }
+    return value;
+  }
+  // A discovery time: null in the pickle, 0 in dump_json (FlightRecorder.cpp), both "not
+  // discovered" (-1 here).
+  StatusOr<int64_t> TimeOrUnset(const Node& n, const std::string& path) const {
+    SHARDSCOPE_ASSIGN_OR_RETURN(int64_t t, IntOrNull(n, path));
+    return t == 0 ? int64_t{-1} : t;
   }
   StatusOr<std::string> Str(const Node& n, const std::string& path) const {
     SHARDSCOPE_RETURN_IF_ERROR(Expect(n, n.IsString(), path, "a string"));
@@ -284,11 +304,11 @@ class DumpReader {
       }
     }
     if (auto v = n.Find("time_discovered_started_ns")) {
-      SHARDSCOPE_ASSIGN_OR_RETURN(e.time_discovered_started_ns, IntOrNull(*v, key("time_discovered_started_ns")));
+      SHARDSCOPE_ASSIGN_OR_RETURN(e.time_discovered_started_ns, TimeOrUnset(*v, key("time_discovered_started_ns")));
     }
     if (auto v = n.Find("time_discovered_completed_ns")) {
       SHARDSCOPE_ASSIGN_OR_RETURN(e.time_discovered_completed_ns,
-                                  IntOrNull(*v, key("time_discovered_completed_ns")));
+                                  TimeOrUnset(*v, key("time_discovered_completed_ns")));
     }
     if (auto v = n.Find("retired")) {
       SHARDSCOPE_ASSIGN_OR_RETURN(e.retired, Bool(*v, key("retired")));
@@ -354,21 +374,25 @@ class DumpReader {
         SHARDSCOPE_RETURN_IF_ERROR(Expect(status, status.IsDict(), at, "a dict"));
         FrPgStatus s;
         if (auto x = status.Find("last_enqueued_collective")) {
-          SHARDSCOPE_ASSIGN_OR_RETURN(s.last_enqueued, IntOrNull(*x, at + ".last_enqueued_collective"));
+          SHARDSCOPE_ASSIGN_OR_RETURN(s.last_enqueued, IntOrDecimal(*x, at + ".last_enqueued_collective"));
         }
         if (auto x = status.Find("last_started_collective")) {
-          SHARDSCOPE_ASSIGN_OR_RETURN(s.last_started, IntOrNull(*x, at + ".last_started_collective"));
+          SHARDSCOPE_ASSIGN_OR_RETURN(s.last_started, IntOrDecimal(*x, at + ".last_started_collective"));
         }
         if (auto x = status.Find("last_completed_collective")) {
-          SHARDSCOPE_ASSIGN_OR_RETURN(s.last_completed, IntOrNull(*x, at + ".last_completed_collective"));
+          SHARDSCOPE_ASSIGN_OR_RETURN(s.last_completed, IntOrDecimal(*x, at + ".last_completed_collective"));
         }
         dump.pg_status[id] = s;
       }
     }
     auto entries = root.Find("entries");
     if (!entries) {
-      return Status::InvalidInput(
-          fmt::format("{}: not a Flight Recorder dump: the top-level dict has no 'entries' key", source_));
+      // dump_json leaves `entries` out when the buffer is empty (FlightRecorder.cpp: "if
+      // (!entries.empty())"); a dict with neither is not a dump.
+      if (root.Find("version") && root.Find("pg_config")) return dump;
+      return Status::InvalidInput(fmt::format(
+          "{}: not a Flight Recorder dump: the top-level dict has no 'entries' (nor 'version' and 'pg_config')",
+          source_));
     }
     SHARDSCOPE_RETURN_IF_ERROR(Expect(*entries, entries->IsList(), "entries", "a list"));
     for (size_t i = 0; i < entries->Size(); ++i) {

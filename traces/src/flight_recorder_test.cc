@@ -155,13 +155,36 @@ TEST(FlightRecorderTest, ReadsTheJsonLayoutAndOlderVariants) {
   EXPECT_EQ(dump.entries[0].time_created_ns, -1);
 }
 
+// What FlightRecorder.cpp dump_json writes: pg_status values as strings, discovery times 0
+// when unknown, no `entries` key when the buffer is empty.
+TEST(FlightRecorderTest, ReadsPyTorchDumpJsonConventions) {
+  FlightRecorderDump dump = MustParse(R"({"version": "2.9",
+    "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+    "pg_status": {"0": {"last_enqueued_collective": "7", "last_started_collective": "-1",
+                        "last_completed_collective": "6"}},
+    "entries": [{"record_id": 3, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 7,
+                 "p2p_seq_id": 0, "op_id": 7, "profiling_name": "nccl:all_reduce", "time_created_ns": 5,
+                 "input_sizes": [[2, 3]], "input_dtypes": ["Float"], "output_sizes": [[2, 3]],
+                 "output_dtypes": ["Float"], "state": "scheduled", "time_discovered_started_ns": 0,
+                 "time_discovered_completed_ns": 0, "retired": false, "timeout_ms": 600000, "is_p2p": false}]})",
+                                     0);
+  EXPECT_EQ(dump.pg_status.at("0").last_enqueued, 7);
+  EXPECT_EQ(dump.pg_status.at("0").last_started, -1);
+  ASSERT_EQ(dump.entries.size(), 1u);
+  EXPECT_EQ(dump.entries[0].time_discovered_started_ns, -1);
+  dump = MustParse(R"({"version": "2.9", "pg_config": {}, "pg_status": {}})", 1);
+  EXPECT_TRUE(dump.entries.empty());
+}
+
 TEST(FlightRecorderTest, MalformedDumpsNameTheFileAndKeyPath) {
   struct Case {
     std::string text;
     std::string expected;
   };
   const Case cases[] = {
-      {"{\"version\": \"2.9\"}", "dump: not a Flight Recorder dump: the top-level dict has no 'entries' key"},
+      {"{\"version\": \"2.9\"}", "dump: not a Flight Recorder dump: the top-level dict has no 'entries'"},
+      {R"({"version": "2.9", "pg_config": {}, "pg_status": {"0": {"last_enqueued_collective": "x"}}})",
+       "dump: pg_status[\"0\"].last_enqueued_collective: expected an integer, got \"x\""},
       {"{\"entries\": {}}", "dump: entries: expected a list, got object"},
       {"{\"entries\": [{\"record_id\": 0}]}", "dump: entries[0]: missing key 'process_group'"},
       {R"({"entries": [{"record_id": 0, "process_group": ["0", "x"], "collective_seq_id": 1,
