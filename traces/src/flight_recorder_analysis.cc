@@ -652,6 +652,16 @@ std::string FlightRecorderText(const FlightRecorderAnalysis& analysis) {
     return out;
   }
   out += fmt::format("{} hang(s), longest waiting first:\n", analysis.hangs.size());
+  // Which ranks the hangs wait for, over all groups: the one to look at first.
+  std::map<int32_t, int> missing_in;
+  for (const FrHang& h : analysis.hangs) {
+    for (int32_t r : h.missing_ranks) ++missing_in[r];
+  }
+  if (!missing_in.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [rank, count] : missing_in) parts.push_back(fmt::format("{} (from {} of them)", rank, count));
+    out += fmt::format("ranks missing: {}\n", Join(parts, ", "));
+  }
   for (size_t i = 0; i < analysis.hangs.size(); ++i) {
     const FrHang& h = analysis.hangs[i];
     out += fmt::format("HANG {}: {}\n", i + 1, h.description);
