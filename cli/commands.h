@@ -27,6 +27,7 @@ CommandRunner AddAnalyzeCommand(CLI::App& app);  // shardscope analyze TRACE... 
 CommandRunner AddCalibrateCommand(CLI::App& app);  // shardscope calibrate MEASURED... --schedule S (calibrate_command.cc)
 CommandRunner AddDiffCommand(CLI::App& app);    // shardscope diff PREDICTED MEASURED (diff_command.cc)
 CommandRunner AddRunCommand(CLI::App& app);     // shardscope run PLAN -o DIR (run_command.cc)
+CommandRunner AddFlightRecorderCommand(CLI::App& app);  // shardscope flight-recorder DIR (flight_recorder_command.cc)
 
 // `--inject-oom RANK:OP_ID` (simulate, run): an allocate op of that rank; "" -> none.
 StatusOr<std::optional<sim::InjectedOom>> ParseInjectedOom(const std::string& spec, const traces::Schedule& schedule);

@@ -121,6 +121,22 @@ for rank in range(4):
 sys.exit(0 if ok else 1)
 EOF
 echo "  (b) watchdog test took ${elapsed} s"
+# The runtime's dumps through `shardscope flight-recorder` give the simulator's verdict: ranks
+# 0, 1, 3 wait in the watchdog's all_gather on dp_shard for rank 2 (exit 1: a hang).
+set +e
+"$shardscope" flight-recorder "$work/run4" --json > "$work/run4.fr.json" 2> /dev/null
+rc=$?
+set -e
+[ "$rc" -eq 1 ] || fail "(b) flight-recorder on the runtime's dumps: expected exit 1, got $rc"
+"$python" - "$work/sim4/report.json" "$work/run4.fr.json" <<'EOF2' || fail "(b) flight-recorder verdict on the runtime's dumps"
+import json, sys
+watchdog = json.load(open(sys.argv[1]))["hang_report"]["watchdog"]
+hang = json.load(open(sys.argv[2]))["hangs"][0]
+got = (hang["process_group_desc"], hang["seq"], hang["waiting_ranks"], hang["missing_ranks"])
+want = (watchdog["communicator"], watchdog["collective_seq_id"], [0, 1, 3], [2])
+if got != want:
+    print("  (b) flight-recorder", got, "simulated", want); sys.exit(1)
+EOF2
 
 # ---- (c) errors: the world size must match the schedule; --backend cuda of the 2-rank
 # schedule from one process cannot run here (no CUDA backend in this build, no CUDA device, or
