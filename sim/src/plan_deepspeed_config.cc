@@ -155,7 +155,8 @@ class DeepSpeedReader {
   Status ReadOffload(const JsonMember& member);
   // fp16 / bf16: whether enabled is true, "auto" or false.
   enum class Enabled { kFalse, kTrue, kAuto };
-  StatusOr<Enabled> ReadPrecision(const JsonMember& section, bool bf16);
+  // `origin`: where "enabled" is, or the section when it is absent.
+  StatusOr<Enabled> ReadPrecision(const JsonMember& section, bool bf16, std::string* origin);
   Status ReadBatch(const JsonMember& member, DeepSpeedBatchValue* out);
 
   void Set(DeepSpeedSettings* out, std::string path, std::string value, std::string origin) {
@@ -179,11 +180,13 @@ Status DeepSpeedReader::ReadBatch(const JsonMember& member, DeepSpeedBatchValue*
 }
 
 StatusOr<DeepSpeedReader::Enabled> DeepSpeedReader::ReadPrecision(const JsonMember& section,
-                                                                 bool bf16) {
+                                                                 bool bf16, std::string* origin) {
   SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<JsonMember> members, json_.Members(section));
   Enabled enabled = Enabled::kFalse;
+  *origin = json_.Origin(section);
   for (const JsonMember& m : members) {
     if (m.key == "enabled") {
+      *origin = json_.Origin(m);
       if (JsonReader::IsAuto(m.value)) {
         enabled = Enabled::kAuto;
       } else {
@@ -410,23 +413,23 @@ StatusOr<DeepSpeedSettings> DeepSpeedReader::Read(std::string_view text) {
   // get_fp16_enabled / get_bfloat16_enabled; "bfloat16 and fp16 modes cannot be
   // simultaneously enabled").
   Enabled fp16_on = Enabled::kFalse, bf16_on = Enabled::kFalse;
+  std::string fp16_origin, bf16_origin;
   if (fp16 != nullptr) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(fp16_on, ReadPrecision(*fp16, false));
+    SHARDSCOPE_ASSIGN_OR_RETURN(fp16_on, ReadPrecision(*fp16, false, &fp16_origin));
   }
   if (bf16 != nullptr) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(bf16_on, ReadPrecision(*bf16, true));
+    SHARDSCOPE_ASSIGN_OR_RETURN(bf16_on, ReadPrecision(*bf16, true, &bf16_origin));
   }
   if (fp16_on == Enabled::kTrue && bf16_on == Enabled::kTrue) {
     return json_.Error(*bf16, "bf16 or fp16 enabled, not both (DeepSpeed: \"bfloat16 and fp16 "
                               "modes cannot be simultaneously enabled\")");
   }
   if (fp16_on == Enabled::kTrue) {
-    Set(&out, "training.dtype", "fp16", json_.Origin(*fp16) + ".enabled");
+    Set(&out, "training.dtype", "fp16", fp16_origin);
   } else if (bf16_on == Enabled::kTrue) {
-    Set(&out, "training.dtype", "bf16", json_.Origin(*bf16) + ".enabled");
+    Set(&out, "training.dtype", "bf16", bf16_origin);
   } else if (fp16_on == Enabled::kAuto || bf16_on == Enabled::kAuto) {
-    Set(&out, "training.dtype", "auto",
-        json_.Origin(fp16_on == Enabled::kAuto ? *fp16 : *bf16) + ".enabled");
+    Set(&out, "training.dtype", "auto", fp16_on == Enabled::kAuto ? fp16_origin : bf16_origin);
   } else {
     Set(&out, "training.dtype", "fp32",
         fmt::format("{} (neither fp16 nor bf16 enabled: DeepSpeed trains in fp32)", source_));

@@ -226,6 +226,13 @@ StatusOr<HfModelSettings> ReadHfConfig(std::string_view text, const std::string&
     kv_heads = heads;  // LlamaConfig.__post_init__: num_key_value_heads None -> heads
     origin_of[5] = origin_of[4];
   }
+  // Grouped-query attention: each key/value head serves heads / kv_heads query heads
+  // (LlamaAttention.num_key_value_groups).
+  if (heads % kv_heads != 0) {
+    return Status::InvalidInput(fmt::format(
+        "{}: num_key_value_heads: expected a divisor of num_attention_heads ({}), got {}",
+        origin_of[5], heads, kv_heads));
+  }
   if (head_dim != nullptr) {
     SHARDSCOPE_ASSIGN_OR_RETURN(int64_t dim, json.Int(*head_dim, 1, kMaxDimension));
     if (dim != hidden / heads) {

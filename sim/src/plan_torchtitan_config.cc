@@ -211,6 +211,7 @@ StatusOr<TorchtitanSettings> TorchtitanReader::Read(std::string_view text) {
 
   // Values torchtitan takes when the file leaves a key out (job_config.py defaults).
   std::string model_name = "llama3", model_flavor = "debugmodel";
+  bool flavor_given = false;
   std::string model_origin = fmt::format("{} (torchtitan's default model llama3 debugmodel)", source_);
   int64_t replicate = 1, shard = -1;
   std::string replicate_origin, shard_origin;
@@ -256,10 +257,13 @@ StatusOr<TorchtitanSettings> TorchtitanReader::Read(std::string_view text) {
       if (section == "model") {
         if (name == "name") {
           SHARDSCOPE_ASSIGN_OR_RETURN(model_name, String(key, "a model name"));
-          model_origin = Origin(key);
+          // The flavor names the model more precisely: its line wins whichever comes first
+          // (toml++ tables iterate in key order, not the file's).
+          if (!flavor_given) model_origin = Origin(key);
         } else if (name == "flavor") {
           SHARDSCOPE_ASSIGN_OR_RETURN(model_flavor, String(key, "a flavor"));
           model_origin = Origin(key);
+          flavor_given = true;
         } else if (name == "converters") {
           SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<std::string> converters, StringList(key));
           if (!converters.empty()) {
