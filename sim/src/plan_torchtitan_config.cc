@@ -218,7 +218,7 @@ StatusOr<TorchtitanSettings> TorchtitanReader::Read(std::string_view text) {
   const std::string default_origin = fmt::format("{} (torchtitan's default)", source_);
   std::string ac_mode = "selective", ac_option = "2";
   std::string ac_origin = default_origin;
-  bool compile = false;
+  bool compile = false, compile_given = false;
   std::string compile_origin = default_origin;
   std::optional<Key> compile_components;
   std::string param_dtype = "bfloat16", reduce_dtype = "float32";
@@ -318,7 +318,13 @@ StatusOr<TorchtitanSettings> TorchtitanReader::Read(std::string_view text) {
           }
           reduce_origin = Origin(key);
         } else if (name == "compile") {
-          SHARDSCOPE_ASSIGN_OR_RETURN(compile, Bool(key));
+          // The older spelling of [compile] enable: both may not disagree.
+          SHARDSCOPE_ASSIGN_OR_RETURN(bool on, Bool(key));
+          if (compile_given && on != compile) {
+            return Error(key, fmt::format("the value of {} (the same switch)", compile_origin));
+          }
+          compile = on;
+          compile_given = true;
           compile_origin = Origin(key);
         } else if (name == "enable_cpu_offload") {
           SHARDSCOPE_ASSIGN_OR_RETURN(bool offload, Bool(key));
@@ -382,7 +388,12 @@ StatusOr<TorchtitanSettings> TorchtitanReader::Read(std::string_view text) {
         }
       } else if (section == "compile") {
         if (name == "enable") {
-          SHARDSCOPE_ASSIGN_OR_RETURN(compile, Bool(key));
+          SHARDSCOPE_ASSIGN_OR_RETURN(bool on, Bool(key));
+          if (compile_given && on != compile) {
+            return Error(key, fmt::format("the value of {} (the same switch)", compile_origin));
+          }
+          compile = on;
+          compile_given = true;
           compile_origin = Origin(key);
         } else if (name == "components") {
           compile_components = key;
