@@ -79,7 +79,7 @@ struct TorchtitanSettings {
 StatusOr<TorchtitanSettings> ReadTorchtitanConfig(std::string_view text, const std::string& source);
 
 // Reads a config file a plan names: a regular file of at most kMaxConfigFileBytes (a FIFO or a
-// device would block or never end). `key` names the plan key for messages.
+// device would block or never end). Implemented in config_json.cc.
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{4} << 20;
 StatusOr<std::string> ReadConfigFile(const std::string& path);
 
