@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ clang-14 libclang-rt-14-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libboost-graph-dev zlib1g-dev
+  libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3
   openmpi-bin libopenmpi-dev
 )

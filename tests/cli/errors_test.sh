@@ -38,6 +38,16 @@ expect unknown-model 2 "model.yaml:1:.*no-such-model" -- simulate "$work/model.y
 expect truncated-json 2 "truncated.json:1:[0-9]+" -- simulate "$work/truncated.json" -o "$work/out5"
 expect unknown-stream 2 "badstream.json.*op id 7.*nope" -- simulate "$work/badstream.json" -o "$work/out6"
 expect missing-file 2 "does-not-exist.yaml" -- simulate "$work/does-not-exist.yaml" -o "$work/out7"
+# A framework config file the plan names: its errors name that file's line and key; a plan
+# value that contradicts it names both places.
+printf '{\n  "train_micro_batch_size_per_gpu": 1,\n  "zero_optimization": {"stage": 3, "bogus": 1}\n}\n' > "$work/ds.json"
+printf 'model: llama3-8b\ncluster: {preset: dgx-a100, nodes: 1}\nzero: {deepspeed_config: ds.json}\n' > "$work/ds-unknown.yaml"
+expect config-unknown-key 2 "ds.json:3:37: zero_optimization.bogus" -- simulate "$work/ds-unknown.yaml" -o "$work/out_ds1"
+printf '{\n  "train_micro_batch_size_per_gpu": 1,\n  "zero_optimization": {"stage": 3}\n}\n' > "$work/ds2.json"
+printf 'model: llama3-8b\ncluster: {preset: dgx-a100, nodes: 1}\nzero: {deepspeed_config: ds2.json}\ntraining: {micro_batch_size: 4}\n' > "$work/ds-conflict.yaml"
+expect config-conflict 2 "ds-conflict.yaml:4:30: training.micro_batch_size.*ds2.json:2:3" -- simulate "$work/ds-conflict.yaml" -o "$work/out_ds2"
+printf 'torchtitan: {job_config: nope.toml}\ncluster: {preset: dgx-a100, nodes: 1}\n' > "$work/tt-missing.yaml"
+expect config-missing 2 "tt-missing.yaml:1:26: torchtitan.job_config.*nope.toml" -- simulate "$work/tt-missing.yaml" -o "$work/out_ds3"
 expect bad-rank-list 2 "trace-ranks" -- simulate examples/tiny-fsdp2-2gpu.yaml -o "$work/out8" --trace-ranks 5-9
 expect no-subcommand 2 "subcommand" --
 expect help 0 "Usage" -- simulate --help

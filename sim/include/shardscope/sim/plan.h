@@ -11,7 +11,9 @@
 //   oom: {policy: raise | catch_and_sync, sync_hooks: false}
 //
 // Unknown keys, wrong types and impossible values are errors naming the file, line, key and
-// what was expected.
+// what was expected. A plan may take values from the job's own config files:
+// `model: {hf_config: config.json}`, `zero: {deepspeed_config: ds_config.json}` and
+// `torchtitan: {job_config: job.toml}` (paths relative to the plan; docs/PLAN.md).
 #ifndef SHARDSCOPE_SIM_PLAN_H_
 #define SHARDSCOPE_SIM_PLAN_H_
 
