@@ -149,6 +149,10 @@ Status RunSimulate(const SimulateOptions& options) {
         (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.json", rank)).string();
     SHARDSCOPE_RETURN_IF_ERROR(
         traces::WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
+    // The same as a pickle, for PyTorch's memory_viz.
+    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
+        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.pickle", rank)).string(),
+        sim::MemorySnapshotPickle(memory)));
   }
   // What the divergence costs: one more run with every rank alike (the plan without its
   // divergence section, no stragglers, no injected fault; no trace, no memory history).

@@ -26,8 +26,8 @@ if [ "$fuzz_seconds" -gt 0 ]; then
     -DSHARDSCOPE_FUZZ=ON -DSHARDSCOPE_TESTS=OFF -DSHARDSCOPE_BENCH=OFF -DSHARDSCOPE_CUDA=OFF >/dev/null
   # Only the fuzz targets (and the libraries they link): the runtime, profiler and CLI are
   # built and tested by the two configurations above.
-  cmake --build build-fuzz -j "$jobs" --target schedule_reader_fuzz trace_reader_fuzz plan_loader_fuzz
-  for target in schedule_reader_fuzz:schedule trace_reader_fuzz:trace plan_loader_fuzz:plan; do
+  cmake --build build-fuzz -j "$jobs" --target schedule_reader_fuzz trace_reader_fuzz plan_loader_fuzz snapshot_reader_fuzz
+  for target in schedule_reader_fuzz:schedule trace_reader_fuzz:trace plan_loader_fuzz:plan snapshot_reader_fuzz:snapshot; do
     name=${target%%:*}
     corpus=${target##*:}
     work=$(mktemp -d)

@@ -408,6 +408,18 @@ StatusOr<RecordedSnapshot> ReadMemorySnapshot(const PickleObject& root, std::str
 StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapshot,
                                                   const SnapshotReplayOptions& options) {
   const int32_t device = snapshot.device;
+  if (options.device_memory_bytes < 0 || options.device_memory_bytes > kUnlimitedCapacity) {
+    return Status::InvalidInput(fmt::format("device memory: expected a positive number of bytes up to {}, got {}",
+                                            kUnlimitedCapacity, options.device_memory_bytes));
+  }
+  // Every size below 2^56 and reserved bytes below that too (checked as they are summed),
+  // so that no sum here or in the model can overflow.
+  for (const RecordedAction& a : snapshot.trace) {
+    if (a.size > kUnlimitedCapacity || a.device_free > kUnlimitedCapacity) {
+      return Status::InvalidInput(fmt::format("{}: {} B is more than any device holds ({} B)", Where(device, a.index),
+                                              std::max(a.size, a.device_free), kUnlimitedCapacity));
+    }
+  }
   SHARDSCOPE_ASSIGN_OR_RETURN(AllocatorConfig config, AllocatorConfig::Parse(snapshot.alloc_conf));
   if (config.expandable_segments) {
     return Status::InvalidInput("allocator_settings: expandable_segments is on; replaying expandable segments "
@@ -497,6 +509,9 @@ StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapsh
     } else if (a.action == "segment_alloc") {
       auto found = segments.find(a.address);
       if (found == segments.end()) return inconsistent("no later segment_free and not in the final segments");
+      if (found->second.size != a.size) {
+        return inconsistent(fmt::format("the segment there has {} B later", found->second.size));
+      }
       segments.erase(found);
     } else if (a.action == "segment_free") {
       // Small-pool segments are exactly kSmallBuffer; large-pool ones are >= 10 MiB
@@ -563,6 +578,10 @@ StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapsh
     }
     if (cursor < end) initial.blocks.push_back({static_cast<int64_t>(end - cursor), -1, 0});
     out.initial_reserved_bytes += seg.size;
+    if (out.initial_reserved_bytes > kUnlimitedCapacity) {
+      return Status::InvalidInput(fmt::format("the segments when the trace begins hold more than {} B",
+                                              kUnlimitedCapacity));
+    }
     trace.initial_segments.push_back(std::move(initial));
   }
   out.initial_allocated_blocks = static_cast<int64_t>(live_id.size());
@@ -599,6 +618,10 @@ StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapsh
     } else if (a.action == "segment_alloc") {
       trace.segment_addresses.push_back(a.address);
       reserved += a.size;
+      if (reserved > kUnlimitedCapacity) {
+        return Status::InvalidInput(fmt::format("{}: the segments hold more than {} B", Where(device, a.index),
+                                                kUnlimitedCapacity));
+      }
     } else if (a.action == "segment_free") {
       if (previous != "segment_free") {
         size_t j = i;

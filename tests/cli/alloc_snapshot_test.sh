@@ -68,6 +68,30 @@ rc=$?
 rc=$?
 [ "$rc" -eq 2 ] || fail "no input: exit $rc (expected 2)"
 
+# Plumbing (the model against itself): a simulated run's memory_snapshot_rank0.pickle holds
+# the keys memory_viz reads and replays exactly, since the model wrote it.
+if "$bin" simulate examples/tiny-fsdp2-2gpu.yaml -o "$work/sim" -q > /dev/null 2> "$work/sim.err"; then
+  python3 - "$work/sim/memory_snapshot_rank0.pickle" <<'PY' || fail "simulated pickle layout"
+import pickle, sys
+d = pickle.load(open(sys.argv[1], "rb"))
+assert set(d) >= {"segments", "device_traces"}, list(d)
+assert len(d["device_traces"]) == 1 and d["device_traces"][0], "one device with actions"
+for seg in d["segments"]:
+    assert seg["device"] == 0 and isinstance(seg["frames"], list)
+    for key in ("address", "total_size", "stream", "segment_type", "blocks"):
+        assert key in seg, key
+    for b in seg["blocks"]:
+        assert {"address", "size", "requested_size", "state", "frames"} <= set(b), b
+for e in d["device_traces"][0]:
+    assert {"action", "size", "stream", "frames"} <= set(e) and ("addr" in e or "device_free" in e), e
+PY
+  "$bin" alloc-replay --snapshot "$work/sim/memory_snapshot_rank0.pickle" > "$work/sim.txt" 2>&1 \
+    || fail "simulated snapshot: $(cat "$work/sim.txt")"
+  has "$work/sim.txt" "verdict: exact"
+else
+  fail "simulate: $(cat "$work/sim.err")"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1
