@@ -801,12 +801,14 @@ nlohmann::ordered_json CountJson(const RecordedModelCount& count) {
   return j;
 }
 
+// An action in the snapshot's own keys (an oom has device_free where others have addr);
+// `index` < 0 leaves it out (the model's actions have none of their own).
 nlohmann::ordered_json ActionJson(int64_t index, const std::string& action, uint64_t address, int64_t size,
                                   int64_t stream) {
   nlohmann::ordered_json j;
-  j["index"] = index;
+  if (index >= 0) j["index"] = index;
   j["action"] = action;
-  j["addr"] = address;
+  j[action == "oom" ? "device_free" : "addr"] = address;
   j["size"] = size;
   j["stream"] = stream;
   return j;
@@ -829,10 +831,12 @@ std::string SnapshotReplayJson(const RecordedSnapshot& snapshot, const SnapshotR
     nlohmann::ordered_json dj;
     dj["index"] = d.index;
     dj["what"] = d.what;
-    dj["recorded"] = d.recorded ? ActionJson(d.recorded->index, d.recorded->action, d.recorded->address,
+    dj["recorded"] = d.recorded ? ActionJson(d.recorded->index, d.recorded->action,
+                                             d.recorded->action == "oom" ? static_cast<uint64_t>(d.recorded->device_free)
+                                                                         : d.recorded->address,
                                              d.recorded->size, StreamIndex(streams, d.recorded->stream))
                                 : nlohmann::ordered_json();
-    dj["model"] = d.model ? ActionJson(d.index, d.model->action, d.model->address, d.model->size, d.model->stream)
+    dj["model"] = d.model ? ActionJson(-1, d.model->action, d.model->address, d.model->size, d.model->stream)
                           : nlohmann::ordered_json();
     j["first_divergence"] = dj;
   } else {
