@@ -603,17 +603,42 @@ StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapsh
     }
   };
   std::string previous;
+  std::map<uint64_t, int64_t> pending;  // address -> id: free requested, not yet completed
   for (size_t i = 0; i < snapshot.trace.size(); ++i) {
     const RecordedAction& a = snapshot.trace[i];
     const int32_t stream = StreamIndex(streams, a.stream);
     if (a.action == "alloc") {
       trace.ops.push_back(AllocTraceAlloc{next_id, a.size, stream});
       live_id[a.address] = next_id++;
-    } else if (a.action == "free_requested" || a.action == "free_completed") {
-      // A free_completed frees here only when its free_requested came before recording.
-      if (auto it = live_id.find(a.address); it != live_id.end()) {
+    } else if (a.action == "free_requested") {
+      auto it = live_id.find(a.address);
+      if (it == live_id.end()) {  // the reverse walk rules this out
+        previous = a.action;
+        continue;
+      }
+      const size_t next = next_action(i + 1);
+      const bool completes_now = next < snapshot.trace.size() && snapshot.trace[next].action == "free_completed" &&
+                                 snapshot.trace[next].address == a.address;
+      if (completes_now) {
         trace.ops.push_back(AllocTraceFree{it->second});
-        live_id.erase(it);
+      } else {
+        // free: stream_uses not empty -> insert_events; the block returns to the pool in
+        // process_events (or synchronize_and_free_events) once they complete.
+        pending[a.address] = it->second;
+        out.deferred_free_requests.push_back(a.index);
+      }
+      live_id.erase(it);
+    } else if (a.action == "free_completed") {
+      // The completion of a deferred free, or of one requested before recording began.
+      auto it = pending.find(a.address);
+      if (it != pending.end()) {
+        out.deferred_free_ops.push_back(static_cast<int64_t>(trace.ops.size()));
+        trace.ops.push_back(AllocTraceFree{it->second});
+        pending.erase(it);
+      } else if (auto held = live_id.find(a.address); held != live_id.end()) {
+        out.deferred_free_ops.push_back(static_cast<int64_t>(trace.ops.size()));
+        trace.ops.push_back(AllocTraceFree{held->second});
+        live_id.erase(held);
       }
     } else if (a.action == "segment_alloc") {
       trace.segment_addresses.push_back(a.address);
@@ -712,8 +737,11 @@ std::optional<std::string> FinalStateDifference(const RecordedSnapshot& snapshot
     for (size_t b = 0; b < r.blocks.size(); ++b) {
       const RecordedBlock& rb = r.blocks[b];
       const SnapshotBlock& mb = m.blocks[b];
-      const bool requested_differs = rb.state == "active_allocated" && rb.requested_size != mb.requested_size;
-      if (rb.address != mb.address || rb.size != mb.size || rb.state != mb.state || requested_differs) {
+      // A block whose free still waits for other streams is allocated in the model (its free
+      // is replayed when it completes).
+      const std::string state = rb.state == "active_pending_free" ? "active_allocated" : rb.state;
+      const bool requested_differs = state == "active_allocated" && rb.requested_size != mb.requested_size;
+      if (rb.address != mb.address || rb.size != mb.size || state != mb.state || requested_differs) {
         return fmt::format("final state: block {:#x} ({} B, {}) recorded, {:#x} ({} B, {}) in the model", rb.address,
                            rb.size, rb.state, mb.address, mb.size, mb.state);
       }
@@ -735,9 +763,13 @@ StatusOr<SnapshotReplay> ReplaySnapshot(const RecordedSnapshot& snapshot, const 
   int64_t reserved = replay.converted.initial_reserved_bytes;
   replay.peak_reserved_bytes.recorded = reserved;
   int64_t ooms = 0;
+  const std::vector<int64_t>& deferred_requests = replay.converted.deferred_free_requests;
+  const std::vector<int64_t>& deferred_ops = replay.converted.deferred_free_ops;
   for (const RecordedAction& a : snapshot.trace) {
     if (a.action == "snapshot") continue;
-    replay.recorded.push_back(a);
+    ++replay.actions;
+    // A deferred free is compared where it completes (SnapshotAllocTrace).
+    if (!std::binary_search(deferred_requests.begin(), deferred_requests.end(), a.index)) replay.recorded.push_back(a);
     if (a.action == "segment_alloc") {
       ++replay.segment_allocs.recorded;
       reserved += a.size;
@@ -749,10 +781,14 @@ StatusOr<SnapshotReplay> ReplaySnapshot(const RecordedSnapshot& snapshot, const 
     }
     replay.peak_reserved_bytes.recorded = std::max(replay.peak_reserved_bytes.recorded, reserved);
   }
-  replay.actions = static_cast<int64_t>(replay.recorded.size());
   // Every oom went through the release-and-retry path first (num_alloc_retries counts it).
   replay.alloc_retries.recorded = static_cast<int64_t>(replay.converted.retry_bursts.size()) + ooms;
-  replay.model = std::move(result.history);
+  for (size_t k = 0; k < result.history.size(); ++k) {
+    TraceEntry& e = result.history[k];
+    const int64_t op = k < result.history_op.size() ? result.history_op[k] : -1;
+    if (e.action == "free_requested" && std::binary_search(deferred_ops.begin(), deferred_ops.end(), op)) continue;
+    replay.model.push_back(std::move(e));
+  }
   for (const TraceEntry& e : replay.model) {
     if (e.action == "segment_alloc") ++replay.segment_allocs.model;
     if (e.action == "segment_free") ++replay.segment_frees.model;

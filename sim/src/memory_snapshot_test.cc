@@ -218,6 +218,29 @@ TEST(SnapshotReplay, EmptyCacheBurst) {
   EXPECT_EQ(replay.converted.capacity_source.rfind("unlimited", 0), 0u);
 }
 
+// record_stream: X's free is requested at [1] but completes only at [3] (its block waited for
+// another stream), so the 5 MiB request at [2] cannot reuse it and splits the tail instead;
+// the request at [4] then best-fits X's 5 MiB block (not the 10 MiB tail). Replayed at its
+// completion, the free leaves the model's choices the recorded ones. A block still waiting
+// at the end is allocated in the model.
+TEST(SnapshotReplay, DeferredFreeIsReplayedWhenItCompletes) {
+  constexpr int64_t k5MiB = 5 * kMiB;
+  const uint64_t y = kA + k5MiB;
+  const uint64_t tail = kA + 2 * k5MiB;
+  const RecordedSnapshot snapshot = Snapshot(
+      {Segment(kA, {Block(kA, k5MiB, "active_allocated"), Block(y, k5MiB, "active_pending_free"),
+                    Block(tail, 2 * k5MiB, "inactive")})},
+      {Act("alloc", kA, k5MiB), Act("free_requested", kA, k5MiB), Act("alloc", y, k5MiB),
+       Act("free_completed", kA, k5MiB), Act("alloc", kA, k5MiB), Act("free_requested", y, k5MiB)});
+  const SnapshotReplay replay = ReplayOrDie(snapshot);
+  EXPECT_TRUE(replay.exact) << (replay.first_divergence ? replay.first_divergence->what : "");
+  EXPECT_EQ(replay.converted.deferred_free_requests, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(replay.converted.deferred_free_ops, (std::vector<int64_t>{2}));
+  EXPECT_EQ(replay.actions, 6);
+  EXPECT_EQ(replay.recorded.size(), 4u);
+  EXPECT_EQ(replay.model.size(), 4u);
+}
+
 TEST(SnapshotReplay, InconsistentTracesAreBadInput) {
   // An alloc of a block that is neither freed later nor allocated at the end.
   auto bad = ReplaySnapshot(Snapshot({Segment(kA, {Block(kA, kLargeSegment, "inactive")})}, {Act("alloc", kA, 512)}),

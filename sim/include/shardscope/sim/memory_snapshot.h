@@ -107,6 +107,13 @@ struct SnapshotAllocTrace {
   // Indices into `trace`'s device trace of segment_free bursts inside a malloc (the
   // release-and-retry path), counted as retries.
   std::vector<int64_t> retry_bursts;
+  // Frees completed later than requested (record_stream: the block waited for other
+  // streams) are replayed when they complete, since only then does the block return to the
+  // pool: the recorded free_requested left out of the comparison (indices into the device
+  // trace, ascending), and the free ops whose model free_requested is left out (indices
+  // into trace.ops, ascending). A free_completed whose request preceded recording is one too.
+  std::vector<int64_t> deferred_free_requests;
+  std::vector<int64_t> deferred_free_ops;
 };
 StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapshot,
                                                   const SnapshotReplayOptions& options);
