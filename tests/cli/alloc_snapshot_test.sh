@@ -72,8 +72,16 @@ rc=$?
 # the keys memory_viz reads and replays exactly, since the model wrote it.
 if "$bin" simulate examples/tiny-fsdp2-2gpu.yaml -o "$work/sim" -q > /dev/null 2> "$work/sim.err"; then
   python3 - "$work/sim/memory_snapshot_rank0.pickle" <<'PY' || fail "simulated pickle layout"
-import pickle, sys
-d = pickle.load(open(sys.argv[1], "rb"))
+import pickle, pickletools, sys
+raw = open(sys.argv[1], "rb").read()
+# The opcodes memory_viz's own unpickler handles (torch/utils/viz/MemoryViz.js, unpickle).
+viz = {"PROTO", "APPEND", "APPENDS", "BINGET", "BININT", "BININT1", "BININT2", "EMPTY_DICT", "EMPTY_LIST",
+       "FRAME", "LONG1", "LONG_BINGET", "MARK", "MEMOIZE", "SETITEMS", "SHORT_BINUNICODE", "STOP", "TUPLE2",
+       "NEWFALSE", "BINPUT", "BINUNICODE", "EMPTY_TUPLE", "NEWTRUE", "NONE", "BINFLOAT", "TUPLE", "TUPLE1",
+       "TUPLE3", "LONG_BINPUT", "LIST", "DICT", "SETITEM"}
+used = {op.name for op, _, _ in pickletools.genops(raw)}
+assert used <= viz, "opcodes memory_viz cannot read: %s" % sorted(used - viz)
+d = pickle.loads(raw)
 assert set(d) >= {"segments", "device_traces"}, list(d)
 assert len(d["device_traces"]) == 1 and d["device_traces"][0], "one device with actions"
 for seg in d["segments"]:
