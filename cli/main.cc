@@ -360,7 +360,8 @@ int main(int argc, char** argv) {
 
   AllocTraceOptions alloc;
   CLI::App* alloc_replay_cmd = app.add_subcommand(
-      "alloc-replay", "Replay an allocation trace (JSON, docs/ALLOC_TRACE.md) through the caching-allocator model");
+      "alloc-replay", "Replay an allocation trace (JSON) or a real memory snapshot (--snapshot) through the "
+                      "caching-allocator model (docs/ALLOC_TRACE.md)");
   CLI::Option* alloc_trace_input =
       alloc_replay_cmd->add_option("trace", alloc.replay_input, "Allocation trace JSON")->check(CLI::ExistingFile);
   alloc_replay_cmd->add_flag("--json", alloc.replay_json, "Print the statistics as JSON (torch.cuda.memory_stats() keys)");
