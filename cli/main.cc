@@ -150,6 +150,10 @@ Status RunSimulate(const SimulateOptions& options) {
         (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.json", rank)).string();
     SHARDSCOPE_RETURN_IF_ERROR(
         traces::WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
+    // The same as a pickle, for PyTorch's memory_viz.
+    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
+        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.pickle", rank)).string(),
+        sim::MemorySnapshotPickle(memory)));
   }
   // What the divergence costs: one more run with every rank alike (the plan without its
   // divergence section, no stragglers, no injected fault; no trace, no memory history).
@@ -363,9 +367,26 @@ int main(int argc, char** argv) {
 
   AllocTraceOptions alloc;
   CLI::App* alloc_replay_cmd = app.add_subcommand(
-      "alloc-replay", "Replay an allocation trace (JSON, docs/ALLOC_TRACE.md) through the caching-allocator model");
-  alloc_replay_cmd->add_option("trace", alloc.replay_input, "Allocation trace JSON")->required()->check(CLI::ExistingFile);
+      "alloc-replay", "Replay an allocation trace (JSON) or a real memory snapshot (--snapshot) through the "
+                      "caching-allocator model (docs/ALLOC_TRACE.md)");
+  CLI::Option* alloc_trace_input =
+      alloc_replay_cmd->add_option("trace", alloc.replay_input, "Allocation trace JSON")->check(CLI::ExistingFile);
   alloc_replay_cmd->add_flag("--json", alloc.replay_json, "Print the statistics as JSON (torch.cuda.memory_stats() keys)");
+  // --snapshot: a real memory snapshot compared decision by decision (alloc_snapshot_command.cc).
+  std::string snapshot_input;
+  int64_t snapshot_device_bytes = 0;
+  CLI::Option* snapshot_option =
+      alloc_replay_cmd
+          ->add_option("--snapshot", snapshot_input,
+                       "Replay a memory snapshot pickle (torch.cuda.memory._dump_snapshot) from the state when "
+                       "recording began and compare every allocator action; exit 0 exact, 1 diverges")
+          ->check(CLI::ExistingFile)
+          ->excludes(alloc_trace_input);
+  alloc_replay_cmd
+      ->add_option("--device-memory-bytes", snapshot_device_bytes,
+                   "With --snapshot: what cudaMalloc can give the allocator in all (default: inferred from an oom "
+                   "or a release-and-retry in the trace, else unlimited)")
+      ->needs(snapshot_option);
   CLI::App* alloc_trace_cmd = app.add_subcommand("alloc-trace", "Write the allocation trace of one rank of a plan");
   alloc_trace_cmd->add_option("plan", alloc.plan, "Plan YAML (or schedule JSON)")->required()->check(CLI::ExistingFile);
   alloc_trace_cmd->add_option("--rank", alloc.rank, "Rank whose program is traced")->capture_default_str();
@@ -401,7 +422,12 @@ int main(int argc, char** argv) {
     }
   }
   if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output, schedule_listing, schedule_rank);
-  if (*alloc_replay_cmd) status = RunAllocReplay(alloc);
+  if (*alloc_replay_cmd) {
+    status = !snapshot_input.empty() ? shardscope::cli::RunAllocReplaySnapshot(snapshot_input, alloc.replay_json,
+                                                                              snapshot_device_bytes)
+             : alloc.replay_input.empty() ? shardscope::Status::InvalidInput("alloc-replay: expected TRACE.json or --snapshot FILE.pickle")
+                                          : RunAllocReplay(alloc);
+  }
   if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
   if (std::optional<Status> ran = memory_runner()) status = *ran;
   if (std::optional<Status> ran = fit_runner()) status = *ran;

@@ -77,6 +77,9 @@ def load_trace(path):
             raise CannotRun("%s: key '%s' missing (see docs/ALLOC_TRACE.md)" % (path, key))
     if trace["version"] != 1:
         raise CannotRun("%s: key 'version': expected 1, got %r" % (path, trace["version"]))
+    if trace.get("initial_segments") or trace.get("segment_addresses"):
+        raise CannotRun("%s: a recorded initial state or segment addresses cannot be reproduced on a GPU "
+                        "(model-only keys, docs/ALLOC_TRACE.md)" % path)
     return trace
 
 

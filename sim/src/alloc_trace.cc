@@ -6,6 +6,7 @@
 #include "shardscope/sim/alloc_trace.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -144,6 +145,59 @@ class Context {
   std::string where_;
 };
 
+// Every event is complete when queried: a replay runs no kernels (see ReplayAllocTrace).
+class CompletedStreamEvents final : public StreamEvents {
+ public:
+  EventToken Record(AllocStream /*stream*/) override { return next_++; }
+  bool Query(EventToken /*event*/) override { return true; }
+  void Synchronize(EventToken /*event*/) override {}
+
+ private:
+  EventToken next_ = 0;
+};
+
+// The initial state in the form CachingAllocator::Restore takes.
+std::vector<SnapshotSegment> InitialSnapshotSegments(const AllocTrace& trace) {
+  std::vector<SnapshotSegment> segments;
+  segments.reserve(trace.initial_segments.size());
+  for (const AllocTraceInitialSegment& seg : trace.initial_segments) {
+    SnapshotSegment out;
+    out.address = seg.address;
+    out.stream = seg.stream;
+    out.segment_type = seg.small ? "small" : "large";
+    uint64_t address = seg.address;
+    for (const AllocTraceInitialBlock& block : seg.blocks) {
+      SnapshotBlock b;
+      b.address = address;
+      b.size = block.size;
+      b.requested_size = block.id >= 0 ? block.bytes : 0;
+      b.state = block.id >= 0 ? "active_allocated" : "inactive";
+      address += static_cast<uint64_t>(std::max<int64_t>(block.size, 0));
+      out.total_size += block.size;
+      out.blocks.push_back(std::move(b));
+    }
+    segments.push_back(std::move(out));
+  }
+  return segments;
+}
+
+int64_t InitialReservedBytes(const AllocTrace& trace) {
+  int64_t total = 0;
+  for (const AllocTraceInitialSegment& seg : trace.initial_segments) {
+    for (const AllocTraceInitialBlock& block : seg.blocks) total += block.size;
+  }
+  return total;
+}
+
+// The device beneath a replay: the recorded addresses when the trace has an initial state
+// or segment addresses, a fresh device of that capacity otherwise.
+std::unique_ptr<DeviceMemory> MakeReplayDevice(const AllocTrace& trace) {
+  if (trace.initial_segments.empty() && trace.segment_addresses.empty()) {
+    return MakeCapacityDeviceMemory(trace.device_memory_bytes);
+  }
+  return MakeRecordedDeviceMemory(trace.device_memory_bytes, InitialReservedBytes(trace), trace.segment_addresses);
+}
+
 StatusOr<AllocTraceOp> ParseOp(const Json& value, const Context& at, int64_t max_stream) {
   if (!value.is_object()) return at.Error(fmt::format("expected an op object, got {}", Describe(value)));
   auto kind_it = value.find("op");
@@ -207,10 +261,59 @@ Status ValidateAllocTrace(const AllocTrace& trace, const std::string& source) {
   if (!conf.ok()) return top.Error("alloc_conf", conf.status().message());
 
   struct Life {
-    size_t allocated_at = 0;
+    int64_t allocated_at = 0;  // -1: allocated in initial_segments
     int64_t freed_at = -1;
   };
   std::unordered_map<int64_t, Life> lives;
+  auto where_allocated = [](int64_t at) {
+    return at < 0 ? std::string("in initial_segments") : fmt::format("at ops[{}]", at);
+  };
+  // Initial state: streams, sizes and ids here; the layout (blocks tiling each segment,
+  // segments not overlapping) by restoring it into a scratch allocator.
+  int64_t initial_bytes = 0;
+  for (size_t s = 0; s < trace.initial_segments.size(); ++s) {
+    const AllocTraceInitialSegment& seg = trace.initial_segments[s];
+    const Context at(source, fmt::format("initial_segments[{}]", s));
+    if (seg.address == 0) return at.Error("address", "expected a positive integer, got 0");
+    if (seg.stream < 0 || seg.stream >= trace.streams) {
+      return at.Error("stream", fmt::format("expected a stream index in [0, {}], got {}", trace.streams - 1, seg.stream));
+    }
+    if (seg.blocks.empty()) return at.Error("blocks", "expected at least one block");
+    for (size_t b = 0; b < seg.blocks.size(); ++b) {
+      const AllocTraceInitialBlock& block = seg.blocks[b];
+      const Context block_at(source, fmt::format("initial_segments[{}].blocks[{}]", s, b));
+      constexpr int64_t kMaxBytes = int64_t{1} << 56;  // 64 PiB: no device holds more
+      if (block.size <= 0 || block.size > kMaxBytes - initial_bytes) {
+        return block_at.Error("size", fmt::format("expected a positive integer (bytes, {} in all at most), got {}",
+                                                  kMaxBytes, block.size));
+      }
+      initial_bytes += block.size;
+      if (block.id < -1) return block_at.Error("id", fmt::format("expected a non-negative integer, got {}", block.id));
+      if (block.id < 0) continue;
+      if (block.bytes < 0 || block.bytes > block.size) {
+        return block_at.Error("bytes", fmt::format("expected an integer in [0, {}] (the block's size), got {}",
+                                                   block.size, block.bytes));
+      }
+      auto [it, inserted] = lives.try_emplace(block.id, Life{-1, -1});
+      if (!inserted) return block_at.Error("id", fmt::format("id {} appears twice in initial_segments", block.id));
+    }
+  }
+  if (initial_bytes > trace.device_memory_bytes) {
+    return top.Error("device_memory_bytes", fmt::format("the initial segments hold {} bytes, more than the device's {}",
+                                                         initial_bytes, trace.device_memory_bytes));
+  }
+  for (size_t i = 0; i < trace.segment_addresses.size(); ++i) {
+    if (trace.segment_addresses[i] == 0) {
+      return Context(source, fmt::format("segment_addresses[{}]", i)).Error("expected a positive integer, got 0");
+    }
+  }
+  if (!trace.initial_segments.empty()) {
+    std::unique_ptr<DeviceMemory> scratch_memory = MakeReplayDevice(trace);
+    CompletedStreamEvents scratch_events;
+    CachingAllocator scratch(*conf, *scratch_memory, scratch_events);
+    Status restored = scratch.Restore(InitialSnapshotSegments(trace));
+    if (!restored.ok()) return top.Error("initial_segments", restored.message());
+  }
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     const Context at(source, OpWhere(i));
     const AllocTraceOp& op = trace.ops[i];
@@ -235,10 +338,10 @@ Status ValidateAllocTrace(const AllocTrace& trace, const std::string& source) {
       if (alloc->bytes < 0) return at.Error("bytes", fmt::format("expected a non-negative integer, got {}", alloc->bytes));
       if (alloc->id < 0) return at.Error("id", fmt::format("expected a non-negative integer, got {}", alloc->id));
       SHARDSCOPE_RETURN_IF_ERROR(check_stream(alloc->stream));
-      auto [it, inserted] = lives.try_emplace(alloc->id, Life{i, -1});
+      auto [it, inserted] = lives.try_emplace(alloc->id, Life{static_cast<int64_t>(i), -1});
       if (!inserted) {
-        return at.Error("id", fmt::format("id {} was already allocated at ops[{}] (ids are never reused)", alloc->id,
-                                          it->second.allocated_at));
+        return at.Error("id", fmt::format("id {} was already allocated {} (ids are never reused)", alloc->id,
+                                          where_allocated(it->second.allocated_at)));
       }
     } else if (const auto* free_op = std::get_if<AllocTraceFree>(&op)) {
       SHARDSCOPE_RETURN_IF_ERROR(check_live(free_op->id));
@@ -250,17 +353,6 @@ Status ValidateAllocTrace(const AllocTrace& trace, const std::string& source) {
   }
   return Status::Ok();
 }
-
-// Every event is complete when queried: a replay runs no kernels (see ReplayAllocTrace).
-class CompletedStreamEvents final : public StreamEvents {
- public:
-  EventToken Record(AllocStream /*stream*/) override { return next_++; }
-  bool Query(EventToken /*event*/) override { return true; }
-  void Synchronize(EventToken /*event*/) override {}
-
- private:
-  EventToken next_ = 0;
-};
 
 }  // namespace
 
@@ -281,8 +373,9 @@ StatusOr<AllocTrace> ParseAllocTrace(std::string_view json, const std::string& s
   }
   const Context top(source, "");
   if (!doc.is_object()) return top.Error(fmt::format("expected a JSON object at the top level, got {}", Describe(doc)));
-  SHARDSCOPE_RETURN_IF_ERROR(top.OnlyKeys(
-      doc, {"version", "description", "alloc_conf", "memory_fraction", "device_memory_bytes", "streams", "ops"}));
+  SHARDSCOPE_RETURN_IF_ERROR(top.OnlyKeys(doc, {"version", "description", "alloc_conf", "memory_fraction",
+                                                "device_memory_bytes", "streams", "initial_segments",
+                                                "segment_addresses", "ops"}));
 
   AllocTrace trace;
   SHARDSCOPE_ASSIGN_OR_RETURN(int64_t version, top.Int(doc, "version", kAllocTraceVersion, kAllocTraceVersion,
@@ -302,6 +395,67 @@ StatusOr<AllocTrace> ParseAllocTrace(std::string_view json, const std::string& s
   SHARDSCOPE_ASSIGN_OR_RETURN(int64_t streams,
                               top.Int(doc, "streams", 1, kMaxStreams, fmt::format("an integer in [1, {}]", kMaxStreams)));
   trace.streams = static_cast<int32_t>(streams);
+
+  constexpr int64_t kMaxAddress = std::numeric_limits<int64_t>::max();
+  if (auto it = doc.find("initial_segments"); it != doc.end()) {
+    if (!it->is_array()) {
+      return top.Error("initial_segments", fmt::format("expected an array of segments, got {}", Describe(*it)));
+    }
+    for (size_t s = 0; s < it->size(); ++s) {
+      const Json& value = (*it)[s];
+      const Context at(source, fmt::format("initial_segments[{}]", s));
+      if (!value.is_object()) return at.Error(fmt::format("expected a segment object, got {}", Describe(value)));
+      SHARDSCOPE_RETURN_IF_ERROR(at.OnlyKeys(value, {"address", "stream", "pool", "blocks"}));
+      AllocTraceInitialSegment seg;
+      SHARDSCOPE_ASSIGN_OR_RETURN(int64_t address, at.Int(value, "address", 1, kMaxAddress, "a positive integer"));
+      seg.address = static_cast<uint64_t>(address);
+      SHARDSCOPE_ASSIGN_OR_RETURN(int64_t stream, at.Int(value, "stream", 0, streams - 1,
+                                                         fmt::format("a stream index in [0, {}]", streams - 1)));
+      seg.stream = static_cast<int32_t>(stream);
+      SHARDSCOPE_ASSIGN_OR_RETURN(std::string pool, at.String(value, "pool"));
+      if (pool != "small" && pool != "large") {
+        return at.Error("pool", fmt::format("expected \"small\" or \"large\", got \"{}\"", pool));
+      }
+      seg.small = pool == "small";
+      auto blocks_it = value.find("blocks");
+      if (blocks_it == value.end() || !blocks_it->is_array()) {
+        return at.Error("blocks", "expected an array of blocks ({\"size\": N} or {\"size\": N, \"id\": I, \"bytes\": B})");
+      }
+      for (size_t b = 0; b < blocks_it->size(); ++b) {
+        const Json& block_value = (*blocks_it)[b];
+        const Context block_at(source, fmt::format("initial_segments[{}].blocks[{}]", s, b));
+        if (!block_value.is_object()) {
+          return block_at.Error(fmt::format("expected a block object, got {}", Describe(block_value)));
+        }
+        SHARDSCOPE_RETURN_IF_ERROR(block_at.OnlyKeys(block_value, {"size", "id", "bytes"}));
+        AllocTraceInitialBlock block;
+        SHARDSCOPE_ASSIGN_OR_RETURN(block.size, block_at.Int(block_value, "size", 1, kMaxAddress, "a positive integer"));
+        if (block_value.contains("id")) {
+          SHARDSCOPE_ASSIGN_OR_RETURN(block.id, block_at.Int(block_value, "id", 0, kMaxAddress, "a non-negative integer"));
+          SHARDSCOPE_ASSIGN_OR_RETURN(block.bytes,
+                                      block_at.Int(block_value, "bytes", 0, kMaxAddress, "a non-negative integer"));
+        } else if (block_value.contains("bytes")) {
+          return block_at.Error("bytes", "a free block (no \"id\") has no requested bytes");
+        }
+        seg.blocks.push_back(block);
+      }
+      trace.initial_segments.push_back(std::move(seg));
+    }
+  }
+  if (auto it = doc.find("segment_addresses"); it != doc.end()) {
+    if (!it->is_array()) {
+      return top.Error("segment_addresses", fmt::format("expected an array of addresses, got {}", Describe(*it)));
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      const Json& value = (*it)[i];
+      if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() <= 0) ||
+          (value.is_number_unsigned() && value.get<uint64_t>() == 0)) {
+        return Context(source, fmt::format("segment_addresses[{}]", i))
+            .Error(fmt::format("expected a positive integer (an address), got {}", Describe(value)));
+      }
+      trace.segment_addresses.push_back(value.get<uint64_t>());
+    }
+  }
 
   auto ops_it = doc.find("ops");
   if (ops_it == doc.end()) return top.Error("ops", "missing (expected an array of ops)");
@@ -334,6 +488,27 @@ std::string AllocTraceToJson(const AllocTrace& trace) {
   out += fmt::format("  \"memory_fraction\": {},\n", Json(trace.memory_fraction).dump());
   out += fmt::format("  \"device_memory_bytes\": {},\n", trace.device_memory_bytes);
   out += fmt::format("  \"streams\": {},\n", trace.streams);
+  // The optional keys only when present, so that traces without them read as before.
+  if (!trace.initial_segments.empty()) {
+    out += "  \"initial_segments\": [";
+    for (size_t s = 0; s < trace.initial_segments.size(); ++s) {
+      const AllocTraceInitialSegment& seg = trace.initial_segments[s];
+      out += s == 0 ? "\n    " : ",\n    ";
+      out += fmt::format("{{\"address\": {}, \"stream\": {}, \"pool\": \"{}\", \"blocks\": [", seg.address, seg.stream,
+                         seg.small ? "small" : "large");
+      for (size_t b = 0; b < seg.blocks.size(); ++b) {
+        const AllocTraceInitialBlock& block = seg.blocks[b];
+        out += b == 0 ? "" : ", ";
+        out += block.id >= 0 ? fmt::format("{{\"size\": {}, \"id\": {}, \"bytes\": {}}}", block.size, block.id, block.bytes)
+                             : fmt::format("{{\"size\": {}}}", block.size);
+      }
+      out += "]}";
+    }
+    out += "\n  ],\n";
+  }
+  if (!trace.segment_addresses.empty()) {
+    out += fmt::format("  \"segment_addresses\": [{}],\n", fmt::join(trace.segment_addresses, ", "));
+  }
   out += "  \"ops\": [";
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     out += i == 0 ? "\n    " : ",\n    ";
@@ -353,12 +528,12 @@ std::string AllocTraceToJson(const AllocTrace& trace) {
   return out;
 }
 
-StatusOr<AllocReplayResult> ReplayAllocTrace(const AllocTrace& trace) {
+StatusOr<AllocReplayResult> ReplayAllocTrace(const AllocTrace& trace, const AllocReplayOptions& options) {
   // A trace built in code skipped ParseAllocTrace; replay relies on the same invariants.
   SHARDSCOPE_RETURN_IF_ERROR(ValidateAllocTrace(trace, "<trace>"));
   SHARDSCOPE_ASSIGN_OR_RETURN(AllocatorConfig config, AllocatorConfig::Parse(trace.alloc_conf));
   config.memory_fraction = trace.memory_fraction;
-  std::unique_ptr<DeviceMemory> memory = MakeCapacityDeviceMemory(trace.device_memory_bytes);
+  std::unique_ptr<DeviceMemory> memory = MakeReplayDevice(trace);
   CompletedStreamEvents events;
   CachingAllocator allocator(config, *memory, events);
 
@@ -367,6 +542,17 @@ StatusOr<AllocReplayResult> ReplayAllocTrace(const AllocTrace& trace) {
   // id -> address; ids whose alloc allocated nothing (0 bytes, OOM) are absent, so their
   // frees and record_streams do nothing, like the GPU script's null pointers.
   std::unordered_map<int64_t, uint64_t> addresses;
+  if (!trace.initial_segments.empty()) {
+    SHARDSCOPE_RETURN_IF_ERROR(allocator.Restore(InitialSnapshotSegments(trace)));
+    for (const AllocTraceInitialSegment& seg : trace.initial_segments) {
+      uint64_t address = seg.address;
+      for (const AllocTraceInitialBlock& block : seg.blocks) {
+        if (block.id >= 0) addresses[block.id] = address;
+        address += static_cast<uint64_t>(block.size);
+      }
+    }
+  }
+  if (options.record_history) allocator.RecordHistory(true);
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     const AllocTraceOp& op = trace.ops[i];
     if (const auto* alloc = std::get_if<AllocTraceAlloc>(&op)) {
@@ -389,8 +575,13 @@ StatusOr<AllocReplayResult> ReplayAllocTrace(const AllocTrace& trace) {
       (void)allocator.EmptyCache();
     }
     result.reserved_after_op.push_back(allocator.stats().reserved_bytes);
+    if (options.record_history) result.history_op.resize(allocator.history().size(), static_cast<int64_t>(i));
   }
   result.stats = allocator.stats();
+  if (options.record_history) {
+    result.history = allocator.history();
+    result.final_segments = allocator.Snapshot();
+  }
   return result;
 }
 

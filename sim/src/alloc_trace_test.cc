@@ -287,3 +287,85 @@ TEST(AllocTraceFromSchedule, RankOutsideTheScheduleGivesNoOps) {
 
 }  // namespace
 }  // namespace shardscope::sim
+
+namespace shardscope::sim {
+namespace {
+
+// A trace recorded mid-run: a 20 MiB segment whose first 6 MiB (id 7) were allocated before
+// the trace began, and the addresses cudaMalloc gave when it was recorded.
+AllocTrace InitialStateTrace() {
+  AllocTrace trace = MakeTrace(kGiB, 2, {AllocTraceAlloc{0, 6 * kMiB, 0}, AllocTraceFree{7}, AllocTraceAlloc{1, 30 * kMiB, 1}});
+  AllocTraceInitialSegment seg;
+  seg.address = 0x7f0000000000;
+  seg.stream = 0;
+  seg.blocks = {{6 * kMiB, 7, 6000000}, {14 * kMiB, -1, 0}};
+  trace.initial_segments = {seg};
+  trace.segment_addresses = {0x7f0040000000};
+  return trace;
+}
+
+TEST(AllocTraceJson, InitialStateAndSegmentAddressesRoundTrip) {
+  const AllocTrace trace = InitialStateTrace();
+  const std::string json = AllocTraceToJson(trace);
+  EXPECT_THAT(json, HasSubstr("\"initial_segments\": [\n    {\"address\": 139637976727552, \"stream\": 0, \"pool\": "
+                              "\"large\", \"blocks\": [{\"size\": 6291456, \"id\": 7, \"bytes\": 6000000}, "
+                              "{\"size\": 14680064}]}\n  ],\n"));
+  EXPECT_THAT(json, HasSubstr("\"segment_addresses\": [139639050469376],\n"));
+  auto back = ParseAllocTrace(json, "t.json");
+  ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << json;
+  EXPECT_EQ(*back, trace);
+}
+
+TEST(AllocTraceJson, InitialStateErrors) {
+  AllocTrace trace = InitialStateTrace();
+  trace.initial_segments[0].blocks[1].id = 7;
+  trace.initial_segments[0].blocks[1].bytes = 1;
+  auto parsed = ParseAllocTrace(AllocTraceToJson(trace), "t.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("initial_segments[0].blocks[1]: key 'id': id 7 appears twice"));
+
+  trace = InitialStateTrace();
+  trace.ops.push_back(AllocTraceAlloc{7, 512, 0});  // ids of the initial state are taken
+  parsed = ParseAllocTrace(AllocTraceToJson(trace), "t.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("id 7 was already allocated in initial_segments"));
+
+  trace = InitialStateTrace();
+  trace.initial_segments.push_back(trace.initial_segments[0]);  // overlaps the first
+  trace.initial_segments[1].blocks = {{20 * kMiB, -1, 0}};
+  parsed = ParseAllocTrace(AllocTraceToJson(trace), "t.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.status().message(), HasSubstr("overlap"));
+
+  EXPECT_THAT(ParseError(Doc(R"({"op": "empty_cache"})", R"(, "initial_segments": [{"address": 4096, "stream": 0,
+              "pool": "medium", "blocks": [{"size": 512}]}])")),
+              HasSubstr("initial_segments[0]: key 'pool': expected \"small\" or \"large\", got \"medium\""));
+  EXPECT_THAT(ParseError(Doc(R"({"op": "empty_cache"})", R"(, "segment_addresses": [0])")),
+              HasSubstr("segment_addresses[0]: expected a positive integer"));
+}
+
+// From the initial state: 6 MiB on stream 0 best-fits the 14 MiB free tail (split: 8 MiB left
+// > 1 MiB), freeing id 7 leaves 6 MiB free at the start, and 30 MiB on stream 1 needs a new
+// segment, which lands at the recorded address.
+TEST(AllocTraceReplay, StartsFromTheInitialStateWithRecordedAddresses) {
+  AllocReplayOptions options;
+  options.record_history = true;
+  auto result = ReplayAllocTrace(InitialStateTrace(), options);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->reserved_after_op, (std::vector<int64_t>{20 * kMiB, 20 * kMiB, 50 * kMiB}));
+  ASSERT_EQ(result->history.size(), 5u);
+  EXPECT_EQ(result->history[0].action, "alloc");
+  EXPECT_EQ(result->history[0].address, 0x7f0000000000u + 6 * kMiB);
+  EXPECT_EQ(result->history[1].action, "free_requested");
+  EXPECT_EQ(result->history[1].address, 0x7f0000000000u);
+  EXPECT_EQ(result->history[3].action, "segment_alloc");
+  EXPECT_EQ(result->history[3].address, 0x7f0040000000u);
+  EXPECT_EQ(result->history_op, (std::vector<int64_t>{0, 1, 1, 2, 2}));
+  EXPECT_EQ(result->stats.segment, 2);
+  EXPECT_EQ(result->stats.allocated_bytes, 36 * kMiB);
+  ASSERT_EQ(result->final_segments.size(), 2u);
+  EXPECT_EQ(result->final_segments[0].blocks.size(), 3u);
+}
+
+}  // namespace
+}  // namespace shardscope::sim

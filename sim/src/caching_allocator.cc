@@ -354,10 +354,58 @@ class CapacityDeviceMemory final : public DeviceMemory {
   std::map<uint64_t, int64_t> free_ranges_;  // start -> length, disjoint, coalesced
 };
 
+// cudaMalloc replayed from a recording: the driver's addresses, in the order it gave them.
+class RecordedDeviceMemory final : public DeviceMemory {
+ public:
+  RecordedDeviceMemory(int64_t capacity, int64_t used, std::vector<uint64_t> addresses)
+      : capacity_(std::max<int64_t>(capacity, 0)),
+        used_(std::max<int64_t>(used, 0)),
+        addresses_(std::move(addresses)) {
+    uint64_t highest = kDeviceAddressBase;
+    for (uint64_t a : addresses_) highest = std::max(highest, a);
+    // Past the last recorded segment, whatever its size: a recorded segment is smaller than
+    // the span a device could hold (kDeviceAddressSpan).
+    const auto alignment = static_cast<uint64_t>(kSegmentAlignment);
+    next_synthetic_ = (highest / alignment + 1) * alignment + static_cast<uint64_t>(kDeviceAddressSpan);
+  }
+
+  bool Allocate(int64_t bytes, uint64_t* address) override {
+    if (bytes <= 0 || bytes > capacity_ - used_) return false;
+    if (next_ < addresses_.size()) {
+      *address = addresses_[next_++];
+    } else {
+      *address = next_synthetic_;
+      next_synthetic_ += static_cast<uint64_t>(RoundUp(bytes, kSegmentAlignment));
+    }
+    used_ += bytes;
+    return true;
+  }
+  void Release(uint64_t /*address*/, int64_t bytes) override { used_ -= std::max<int64_t>(bytes, 0); }
+  bool Map(int64_t bytes) override {
+    if (bytes <= 0 || bytes > capacity_ - used_) return false;
+    used_ += bytes;
+    return true;
+  }
+  void Unmap(int64_t bytes) override { used_ -= std::max<int64_t>(bytes, 0); }
+  int64_t Capacity() const override { return capacity_; }
+
+ private:
+  int64_t capacity_;
+  int64_t used_;
+  std::vector<uint64_t> addresses_;
+  size_t next_ = 0;
+  uint64_t next_synthetic_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<DeviceMemory> MakeCapacityDeviceMemory(int64_t capacity_bytes) {
   return std::make_unique<CapacityDeviceMemory>(capacity_bytes);
+}
+
+std::unique_ptr<DeviceMemory> MakeRecordedDeviceMemory(int64_t capacity_bytes, int64_t used_bytes,
+                                                       std::vector<uint64_t> addresses) {
+  return std::make_unique<RecordedDeviceMemory>(capacity_bytes, used_bytes, std::move(addresses));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -721,6 +769,111 @@ class CachingAllocator::Impl {
   }
 
   const MemoryStats& stats() const { return stats_; }
+
+  // Restore: the blocks of each segment are linked in address order like split blocks
+  // (Block::splice), allocated ones enter the active map, free runs are merged and
+  // inserted into their pool (insert_into_blocks), and the statistics are those
+  // alloc_block + alloc_found_block + free_block would have left.
+  Status Restore(const std::vector<SnapshotSegment>& segments) {
+    if (stats_.segment != 0 || !segments_.empty()) {
+      return Status::Internal("CachingAllocator::Restore: the allocator already holds segments");
+    }
+    // Validate everything first so that an error leaves the allocator untouched.
+    std::vector<std::pair<uint64_t, size_t>> by_address;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const SnapshotSegment& seg = segments[i];
+      auto error = [&](std::string_view what) {
+        return Status::InvalidInput(fmt::format("initial state: segment {} (address {:#x}): {}", i, seg.address, what));
+      };
+      if (seg.is_expandable) return error("expandable segments are not modelled in an initial state");
+      if (seg.segment_type != "small" && seg.segment_type != "large") {
+        return error(fmt::format("segment_type must be small or large, got '{}'", seg.segment_type));
+      }
+      if (seg.address == 0) return error("address 0");
+      if (seg.blocks.empty()) return error("no blocks");
+      uint64_t next = seg.address;
+      int64_t total = 0;
+      for (size_t b = 0; b < seg.blocks.size(); ++b) {
+        const SnapshotBlock& block = seg.blocks[b];
+        if (block.size <= 0 || block.size > kUnlimited / 4 - total) {
+          return error(fmt::format("block {}: size must be positive, got {}", b, block.size));
+        }
+        if (block.address != next) {
+          return error(fmt::format("block {}: address {:#x}, expected {:#x} (blocks tile the segment in order)", b,
+                                   block.address, next));
+        }
+        if (block.state != "active_allocated" && block.state != "inactive") {
+          return error(fmt::format("block {}: state '{}' is not modelled in an initial state (expected "
+                                   "active_allocated or inactive)", b, block.state));
+        }
+        if (block.requested_size < 0) return error(fmt::format("block {}: negative requested_size", b));
+        next += static_cast<uint64_t>(block.size);
+        total += block.size;
+      }
+      if (total != seg.total_size) {
+        return error(fmt::format("blocks add up to {} bytes, total_size is {}", total, seg.total_size));
+      }
+      if (next < seg.address) return error("the segment wraps around the address space");
+      by_address.emplace_back(seg.address, i);
+    }
+    std::sort(by_address.begin(), by_address.end());
+    for (size_t k = 1; k < by_address.size(); ++k) {
+      const SnapshotSegment& prev = segments[by_address[k - 1].second];
+      if (prev.address + static_cast<uint64_t>(prev.total_size) > by_address[k].first) {
+        return Status::InvalidInput(fmt::format("initial state: segments at {:#x} and {:#x} overlap", prev.address,
+                                                by_address[k].first));
+      }
+    }
+
+    for (const SnapshotSegment& seg : segments) {
+      Pool* pool = seg.segment_type == "small" ? &small_ : &large_;
+      Increase(stats_.segment, stats_.segment_peak, 1);
+      Increase(stats_.reserved_bytes, stats_.reserved_bytes_peak, seg.total_size);
+      if (seg.total_size >= config_.max_split_size) {
+        Increase(stats_.oversize_segments, stats_.oversize_segments_peak, 1);
+      }
+      Block* prev = nullptr;
+      std::vector<Block*> free_blocks;
+      for (const SnapshotBlock& info : seg.blocks) {
+        const bool allocated = info.state == "active_allocated";
+        if (!allocated && prev != nullptr && !prev->allocated) {
+          prev->size += info.size;  // adjacent free blocks are one block in PyTorch
+          continue;
+        }
+        Block* block = arena_.New();
+        block->ptr = info.address;
+        block->size = info.size;
+        block->stream = seg.stream;
+        block->pool = pool;
+        block->allocated = allocated;
+        block->prev = prev;
+        if (prev != nullptr) prev->next = block;
+        prev = block;
+        if (allocated) {
+          block->requested_size = info.requested_size;
+          active_.Insert(block->ptr, block);
+          Increase(stats_.allocation, stats_.allocation_peak, 1);
+          Increase(stats_.allocated_bytes, stats_.allocated_bytes_peak, block->size);
+          Increase(stats_.active, stats_.active_peak, 1);
+          Increase(stats_.active_bytes, stats_.active_bytes_peak, block->size);
+          Increase(stats_.requested_bytes, stats_.requested_bytes_peak, block->requested_size);
+          if (block->size >= config_.max_split_size) {
+            Increase(stats_.oversize_allocations, stats_.oversize_allocations_peak, 1);
+          }
+        } else {
+          free_blocks.push_back(block);
+        }
+      }
+      for (Block* block : free_blocks) {
+        pool->Insert(block);
+        if (block->is_split()) {
+          Increase(stats_.inactive_split, stats_.inactive_split_peak, 1);
+          Increase(stats_.inactive_split_bytes, stats_.inactive_split_bytes_peak, block->size);
+        }
+      }
+    }
+    return Status::Ok();
+  }
 
   void RecordHistory(bool enabled) {
     record_history_ = enabled;
@@ -1347,6 +1500,9 @@ void CachingAllocator::RecordStream(uint64_t address, AllocStream stream) {
   impl_->RecordStream(address, stream);
 }
 int32_t CachingAllocator::EmptyCache() { return impl_->EmptyCache(); }
+Status CachingAllocator::Restore(const std::vector<SnapshotSegment>& segments) {
+  return impl_->Restore(segments);
+}
 const MemoryStats& CachingAllocator::stats() const { return impl_->stats(); }
 std::vector<SnapshotSegment> CachingAllocator::Snapshot() const { return impl_->Snapshot(); }
 void CachingAllocator::RecordHistory(bool enabled) { impl_->RecordHistory(enabled); }

@@ -685,3 +685,86 @@ TEST(AllocatorConfig, ErrorsNameTheKeyAndTheExpectedValue) {
 
 }  // namespace
 }  // namespace shardscope::sim
+
+namespace shardscope::sim {
+namespace {
+
+SnapshotSegment RestoredSegment(uint64_t address, std::string type, std::vector<std::pair<int64_t, std::string>> blocks) {
+  SnapshotSegment seg;
+  seg.address = address;
+  seg.segment_type = std::move(type);
+  uint64_t at = address;
+  for (auto& [size, state] : blocks) {
+    SnapshotBlock b;
+    b.address = at;
+    b.size = size;
+    b.requested_size = state == "active_allocated" ? size - 100 : 0;
+    b.state = std::move(state);
+    at += static_cast<uint64_t>(size);
+    seg.total_size += size;
+    seg.blocks.push_back(std::move(b));
+  }
+  return seg;
+}
+
+// A large segment [5 MiB allocated][10 MiB free][5 MiB free] (the two free blocks are one in
+// PyTorch: merged) and a small one, entirely free. The statistics count them as current and
+// peak; the next 6 MiB request best-fits the 15 MiB block and splits it.
+TEST(CachingAllocator, RestoreSeedsSegmentsBlocksAndStatistics) {
+  constexpr uint64_t kAddress = 0x7f0000000000;
+  constexpr uint64_t kSmall = kAddress + Mi(256);
+  const std::vector<SnapshotSegment> segments = {
+      RestoredSegment(kAddress, "large", {{Mi(5), "active_allocated"}, {Mi(10), "inactive"}, {Mi(5), "inactive"}}),
+      RestoredSegment(kSmall, "small", {{Mi(2), "inactive"}})};
+  auto memory = MakeRecordedDeviceMemory(Mi(64), Mi(22), {kAddress + Mi(512)});
+  FakeEvents events;
+  CachingAllocator allocator({}, *memory, events);
+  ASSERT_TRUE(allocator.Restore(segments).ok());
+  const MemoryStats& s = allocator.stats();
+  EXPECT_EQ(s.segment, 2);
+  EXPECT_EQ(s.reserved_bytes, Mi(22));
+  EXPECT_EQ(s.reserved_bytes_peak, Mi(22));
+  EXPECT_EQ(s.allocated_bytes, Mi(5));
+  EXPECT_EQ(s.requested_bytes, Mi(5) - 100);
+  EXPECT_EQ(s.inactive_split, 1);
+  EXPECT_EQ(s.inactive_split_bytes, Mi(15));
+  EXPECT_EQ(allocator.Snapshot()[0].blocks.size(), 2u);
+
+  MallocOutcome out = allocator.Malloc(Mi(6), 0);
+  ASSERT_TRUE(out.ok);
+  EXPECT_EQ(out.address, kAddress + Mi(5));
+  EXPECT_EQ(out.device_allocs, 0);
+  // The restored block frees like any other and merges with its free neighbour.
+  allocator.Free(kAddress);
+  const std::vector<SnapshotSegment> after = allocator.Snapshot();
+  ASSERT_EQ(after[0].blocks.size(), 3u);
+  EXPECT_EQ(after[0].blocks[0].size, Mi(5));
+  EXPECT_EQ(after[0].blocks[0].state, "inactive");
+  // A new segment gets the recorded address; the capacity counts the restored bytes.
+  out = allocator.Malloc(Mi(30), 0);
+  ASSERT_TRUE(out.ok);
+  EXPECT_EQ(out.address, kAddress + Mi(512));
+  EXPECT_FALSE(allocator.Malloc(Mi(40), 0).ok);  // 22 + 30 + 40 > 64 even after releasing
+}
+
+TEST(CachingAllocator, RestoreRejectsWhatItCannotModel) {
+  constexpr uint64_t kAddress = 0x7f0000000000;
+  auto restore = [](std::vector<SnapshotSegment> segments) {
+    auto memory = MakeRecordedDeviceMemory(Mi(1024), 0, {});
+    FakeEvents events;
+    CachingAllocator allocator({}, *memory, events);
+    return allocator.Restore(segments);
+  };
+  SnapshotSegment pending = RestoredSegment(kAddress, "large", {{Mi(20), "active_pending_free"}});
+  EXPECT_NE(restore({pending}).message().find("active_pending_free"), std::string::npos);
+  SnapshotSegment gap = RestoredSegment(kAddress, "large", {{Mi(10), "inactive"}, {Mi(10), "inactive"}});
+  gap.blocks[1].address += 512;
+  EXPECT_NE(restore({gap}).message().find("tile"), std::string::npos);
+  SnapshotSegment first = RestoredSegment(kAddress, "large", {{Mi(20), "inactive"}});
+  SnapshotSegment second = RestoredSegment(kAddress + Mi(10), "large", {{Mi(20), "inactive"}});
+  EXPECT_NE(restore({first, second}).message().find("overlap"), std::string::npos);
+  EXPECT_EQ(restore({first, second}).code(), StatusCode::kInvalidInput);
+}
+
+}  // namespace
+}  // namespace shardscope::sim

@@ -19,6 +19,7 @@
 #include "shardscope/sim/hang.h"
 #include "shardscope/sim/mfu_conventions.h"
 #include "shardscope/sim/version.h"
+#include "shardscope/traces/pickle.h"
 
 namespace shardscope::sim {
 namespace {
@@ -844,6 +845,67 @@ std::string MemorySnapshotJson(const RankMemory& memory, int32_t rank) {
   j["segments"] = segments;
   j["device_traces"] = nlohmann::ordered_json::array({trace});
   return j.dump() + "\n";
+}
+
+std::string MemorySnapshotPickle(const RankMemory& memory) {
+  using traces::PickleValue;
+  // memory_viz (torch/utils/viz/MemoryViz.js) reads the keys torch.cuda.memory._snapshot()
+  // writes (torch/csrc/cuda/memory_snapshot.cpp): it matches segments to device_traces by
+  // `device` (the index into device_traces, so one rank per file is device 0), takes a
+  // block's `frames` to mean the current format (requested_size then read as is), and shows
+  // an oom's `device_free`.
+  auto frames = [] { return PickleValue::List(); };
+  auto u64 = [](uint64_t v) { return PickleValue::Int(static_cast<int64_t>(v)); };
+  PickleValue segments = PickleValue::List();
+  for (const SnapshotSegment& seg : memory.snapshot) {
+    PickleValue blocks = PickleValue::List();
+    uint64_t address = seg.address;
+    int64_t active = 0, requested = 0;
+    for (const SnapshotBlock& block : seg.blocks) {
+      PickleValue b = PickleValue::Dict();
+      b.Add("address", u64(address))
+          .Add("size", PickleValue::Int(block.size))
+          .Add("requested_size", PickleValue::Int(block.requested_size))
+          .Add("state", PickleValue::String(block.state))
+          .Add("frames", frames());
+      blocks.Append(std::move(b));
+      address += static_cast<uint64_t>(block.size);
+      if (block.state != "inactive") {
+        active += block.size;
+        requested += block.requested_size;
+      }
+    }
+    PickleValue s = PickleValue::Dict();
+    s.Add("device", PickleValue::Int(0))
+        .Add("address", u64(seg.address))
+        .Add("total_size", PickleValue::Int(seg.total_size))
+        .Add("allocated_size", PickleValue::Int(seg.allocated_size))
+        .Add("active_size", PickleValue::Int(active))
+        .Add("requested_size", PickleValue::Int(requested))
+        .Add("stream", PickleValue::Int(seg.stream))
+        .Add("segment_type", PickleValue::String(seg.segment_type))
+        .Add("segment_pool_id", PickleValue::Tuple({PickleValue::Int(0), PickleValue::Int(0)}))
+        .Add("is_expandable", PickleValue::Bool(seg.is_expandable))
+        .Add("frames", frames())
+        .Add("blocks", std::move(blocks));
+    segments.Append(std::move(s));
+  }
+  PickleValue trace = PickleValue::List();
+  for (size_t i = 0; i < memory.history.size(); ++i) {
+    const TraceEntry& e = memory.history[i];
+    const int64_t ns = i < memory.history_time_ns.size() ? memory.history_time_ns[i] : 0;
+    PickleValue entry = PickleValue::Dict();
+    entry.Add("action", PickleValue::String(e.action))
+        .Add(e.action == "oom" ? "device_free" : "addr", u64(e.address))
+        .Add("size", PickleValue::Int(e.size))
+        .Add("stream", PickleValue::Int(e.stream))
+        .Add("time_us", PickleValue::Int(ns / 1000))
+        .Add("frames", frames());
+    trace.Append(std::move(entry));
+  }
+  PickleValue root = PickleValue::Dict();
+  root.Add("segments", std::move(segments)).Add("device_traces", PickleValue::List({std::move(trace)}));
+  return traces::WritePickle(root);
 }
 
 std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {

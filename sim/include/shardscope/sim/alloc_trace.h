@@ -60,6 +60,24 @@ struct AllocTraceEmptyCache {
 using AllocTraceOp = std::variant<AllocTraceAlloc, AllocTraceFree, AllocTraceRecordStream,
                                   AllocTraceEmptyCache>;
 
+// The allocator's state before the first op, for a trace recorded mid-run (a memory
+// snapshot's trace starts when recording began): segments with their blocks in address
+// order. A block with an id (>= 0) is allocated, `bytes` being its requested size, and
+// later ops may free it or record_stream it; a block without one (-1) is free and cached.
+struct AllocTraceInitialBlock {
+  int64_t size = 0;
+  int64_t id = -1;
+  int64_t bytes = 0;
+  bool operator==(const AllocTraceInitialBlock&) const = default;
+};
+struct AllocTraceInitialSegment {
+  uint64_t address = 0;
+  int32_t stream = 0;
+  bool small = false;  // the small pool's 2 MiB segments; otherwise the large pool
+  std::vector<AllocTraceInitialBlock> blocks;
+  bool operator==(const AllocTraceInitialSegment&) const = default;
+};
+
 struct AllocTrace {
   int version = kAllocTraceVersion;
   std::string description;
@@ -70,6 +88,12 @@ struct AllocTrace {
   int64_t device_memory_bytes = 0;
   int32_t streams = 1;             // stream indices are 0 .. streams-1
   std::vector<AllocTraceOp> ops;
+  // Optional (model-only: a GPU cannot be put in a recorded state). With either, the model's
+  // device hands out `segment_addresses` in order (the addresses cudaMalloc returned when
+  // the trace was recorded; then its own) and counts bytes exactly against
+  // device_memory_bytes (MakeRecordedDeviceMemory); the initial segments count as in use.
+  std::vector<AllocTraceInitialSegment> initial_segments;
+  std::vector<uint64_t> segment_addresses;
   bool operator==(const AllocTrace&) const = default;
 };
 
@@ -93,6 +117,15 @@ struct AllocReplayResult {
   MemoryStats stats;                          // after the last op
   std::vector<AllocReplayOom> ooms;           // in op order
   std::vector<int64_t> reserved_after_op;     // reserved_bytes after each op (ops.size())
+  // With AllocReplayOptions::record_history: the allocator's actions (its device trace) and
+  // the index of the op that caused each, and its segments after the last op.
+  std::vector<TraceEntry> history;
+  std::vector<int64_t> history_op;
+  std::vector<SnapshotSegment> final_segments;
+};
+
+struct AllocReplayOptions {
+  bool record_history = false;
 };
 
 // Replays the ops through CachingAllocator with AllocatorConfig::Parse(alloc_conf) and
@@ -100,7 +133,8 @@ struct AllocReplayResult {
 // allocator records has already completed: a replay launches no kernels, and neither does
 // the GPU script, so the real events are complete by the time they are queried too. An OOM
 // is a result, not an error; errors are only a trace that ParseAllocTrace would reject.
-StatusOr<AllocReplayResult> ReplayAllocTrace(const AllocTrace& trace);
+// With initial_segments, the allocator starts from them (CachingAllocator::Restore).
+StatusOr<AllocReplayResult> ReplayAllocTrace(const AllocTrace& trace, const AllocReplayOptions& options = {});
 
 // The result as JSON, with torch.cuda.memory_stats() key names
 // ({"trace": ..., "memory_stats": {"reserved_bytes.all.peak": ...}, "oom_ops": [...]}), the

@@ -71,6 +71,15 @@ class DeviceMemory {
 // lowest free address, so released ranges are reused. Usage counts whole 2 MiB pages.
 std::unique_ptr<DeviceMemory> MakeCapacityDeviceMemory(int64_t capacity_bytes);
 
+// A device whose cudaMalloc returns recorded addresses: the i-th successful Allocate gets
+// addresses[i], and once they run out, addresses above every recorded one (2 MiB aligned).
+// It refuses an Allocate or Map that would take its usage past `capacity_bytes`, counting
+// bytes exactly (no page rounding: a recorded segment's size is what the driver gave).
+// `used_bytes` is what is already in use when it starts (segments handed to
+// CachingAllocator::Restore). Used to replay a recorded trace (docs/ALLOC_TRACE.md).
+std::unique_ptr<DeviceMemory> MakeRecordedDeviceMemory(int64_t capacity_bytes, int64_t used_bytes,
+                                                       std::vector<uint64_t> addresses);
+
 using AllocStream = int32_t;
 using EventToken = int64_t;
 
@@ -173,6 +182,17 @@ class CachingAllocator {
   void RecordStream(uint64_t address, AllocStream stream);
   // torch.cuda.empty_cache(): releases every unused cached segment. Returns cudaFree calls.
   int32_t EmptyCache();
+
+  // Seeds a fresh allocator with existing segments, as a snapshot lists them: the state
+  // at the start of a recorded trace. Each segment's blocks must tile it in address order;
+  // "active_allocated" blocks become allocated (freeable by address), "inactive" ones free
+  // and cached (adjacent free blocks are merged, as free_block keeps them). Statistics
+  // count the segments and blocks as current and peak. DeviceMemory is not called: the
+  // caller's device must already count these segments as in use (MakeRecordedDeviceMemory's
+  // used_bytes). kInvalidInput names the segment and block for what is not modelled
+  // (expandable segments, "active_pending_free" blocks) or not a valid layout (overlaps,
+  // sizes that do not add up); an allocator that already holds segments is kInternal.
+  Status Restore(const std::vector<SnapshotSegment>& segments);
 
   const MemoryStats& stats() const;
   std::vector<SnapshotSegment> Snapshot() const;

@@ -116,6 +116,10 @@ std::string ReportJson(const traces::Schedule& schedule, const SimulationSetup& 
 // A rank's allocator state in the layout of torch.cuda.memory._snapshot(): segments with
 // blocks, and device_traces with the actions (times in microseconds).
 std::string MemorySnapshotJson(const RankMemory& memory, int32_t rank);
+// The same as a pickle, the file torch.cuda.memory._dump_snapshot writes: it opens in
+// PyTorch's memory_viz (pytorch.org/memory_viz) and in `alloc-replay --snapshot`. Segments
+// are on device 0 (one rank per file); blocks and actions carry empty `frames`.
+std::string MemorySnapshotPickle(const RankMemory& memory);
 
 // The summary `shardscope simulate` prints.
 std::string SummaryText(const traces::Schedule& schedule, const SimulationSetup& setup,
