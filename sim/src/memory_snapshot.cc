@@ -211,102 +211,11 @@ int32_t StreamIndex(const std::vector<int64_t>& streams, int64_t stream) {
   return static_cast<int32_t>(it - streams.begin());
 }
 
-// The pickle with every LONG1 of 9 bytes whose value is below 2^64 (a uint64 above int64's
-// range: the top byte is the sign byte 0) replaced by LONG1 of its low 8 bytes, which
-// decode as the same bits in two's complement. FRAME opcodes are dropped (framing is only a
-// read-ahead hint, PEP 3154) because the replacement shortens the frames. Walks the opcode
-// stream of Lib/pickletools.py's table; nullopt for anything it does not know or that is
-// cut short (the caller then reports the reader's own error).
-std::optional<std::string> NarrowWideIntegers(std::string_view in) {
-  std::string out;
-  out.reserve(in.size());
-  size_t i = 0;
-  auto little = [&](size_t at, size_t width) -> std::optional<uint64_t> {
-    if (at + width > in.size()) return std::nullopt;
-    uint64_t v = 0;
-    for (size_t k = 0; k < width; ++k) v |= static_cast<uint64_t>(static_cast<unsigned char>(in[at + k])) << (8 * k);
-    return v;
-  };
-  while (i < in.size()) {
-    const auto op = static_cast<unsigned char>(in[i]);
-    size_t length = 1;  // the whole opcode with its argument
-    switch (op) {
-      case '(': case '.': case '0': case '1': case '2': case 'N': case '}': case ']': case ')': case 'a':
-      case 'e': case 'd': case 'l': case 't': case 's': case 'u': case 0x85: case 0x86: case 0x87:
-      case 0x88: case 0x89: case 0x94: case 'b': case 'R': case 0x81: case 0x8f: case 0x90: case 0x91:
-      case 0x92: case 0x93: case 0x97: case 0x98: case 'Q': case 'o':
-        break;
-      case 'K': case 'h': case 'q': case 0x80: case 0x82:
-        length = 2;
-        break;
-      case 'M': case 0x83:
-        length = 3;
-        break;
-      case 'J': case 'j': case 'r': case 0x84:
-        length = 5;
-        break;
-      case 'G':
-        length = 9;
-        break;
-      case 0x95:  // FRAME: dropped
-        if (i + 9 > in.size()) return std::nullopt;
-        i += 9;
-        continue;
-      case 0x8c: case 'U': case 'C': case 0x8a: {
-        const std::optional<uint64_t> n = little(i + 1, 1);
-        if (!n) return std::nullopt;
-        length = 2 + static_cast<size_t>(*n);
-        if (op == 0x8a && *n == 9 && i + length <= in.size() && in[i + 10] == 0) {
-          out += '\x8a';
-          out += '\x08';
-          out.append(in.substr(i + 2, 8));
-          i += length;
-          continue;
-        }
-        break;
-      }
-      case 'X': case 'T': case 'B': case 0x8b: {
-        const std::optional<uint64_t> n = little(i + 1, 4);
-        if (!n) return std::nullopt;
-        length = 5 + static_cast<size_t>(*n);
-        break;
-      }
-      case 0x8d: case 0x8e: case 0x96: {
-        const std::optional<uint64_t> n = little(i + 1, 8);
-        if (!n || *n > in.size()) return std::nullopt;
-        length = 9 + static_cast<size_t>(*n);
-        break;
-      }
-      case 'I': case 'L': case 'F': case 'S': case 'V': case 'g': case 'p': case 'P': case 'c': case 'i': {
-        // Newline-terminated arguments (two lines for GLOBAL and INST).
-        size_t end = in.find('\n', i + 1);
-        if (end != std::string_view::npos && (op == 'c' || op == 'i')) end = in.find('\n', end + 1);
-        if (end == std::string_view::npos) return std::nullopt;
-        length = end + 1 - i;
-        break;
-      }
-      default:
-        return std::nullopt;
-    }
-    if (length > in.size() - i) return std::nullopt;
-    out.append(in.substr(i, length));
-    i += length;
-    if (op == '.') break;
-  }
-  return out;
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<traces::PickleDocument>> ParseMemorySnapshotPickle(std::string_view bytes,
                                                                             std::string_view source) {
-  StatusOr<std::unique_ptr<traces::PickleDocument>> doc = traces::ParsePickle(bytes, source);
-  if (doc.ok() || doc.status().message().find("does not fit 64 bits") == std::string::npos) return doc;
-  std::optional<std::string> narrowed = NarrowWideIntegers(bytes);
-  if (!narrowed) return doc;
-  StatusOr<std::unique_ptr<traces::PickleDocument>> again = traces::ParsePickle(*narrowed, source);
-  // Offsets in the rewritten stream would mislead: a file still refused reports its own error.
-  return again.ok() ? std::move(again) : std::move(doc);
+  return traces::ParsePickle(bytes, source);
 }
 
 StatusOr<std::unique_ptr<traces::PickleDocument>> ReadMemorySnapshotPickleFile(const std::string& path) {

@@ -401,15 +401,20 @@ class PickleParser {
     return value;
   }
 
-  // LONG1 / LONG4: little-endian two's complement (pickle.decode_long).
+  // LONG1 / LONG4: little-endian two's complement (pickle.decode_long). A 9-byte encoding
+  // whose sign byte is 0 holds a value in [2^63, 2^64): a C++ uint64_t that PyTorch handed to
+  // Python (a snapshot frame's unknown line is size_t(-1) = 2^64 - 1). It is read modulo 2^64,
+  // which gives back the C++ bits (-1); anything wider is an error.
   Status PushLong(std::string_view raw, std::string_view opname) {
-    if (raw.size() > 8) {
+    const bool unsigned_64 = raw.size() == 9 && raw[8] == 0;
+    if (raw.size() > 8 && !unsigned_64) {
       return Error(op_offset_, fmt::format("{} integer of {} bytes does not fit 64 bits", opname,
                                            raw.size()));
     }
+    if (unsigned_64) raw = raw.substr(0, 8);
     uint64_t value = 0;
     for (size_t i = raw.size(); i > 0; --i) value = (value << 8) | static_cast<uint8_t>(raw[i - 1]);
-    if (!raw.empty() && raw.size() < 8 && (static_cast<uint8_t>(raw.back()) & 0x80) != 0) {
+    if (!unsigned_64 && !raw.empty() && raw.size() < 8 && (static_cast<uint8_t>(raw.back()) & 0x80) != 0) {
       value |= ~uint64_t{0} << (8 * raw.size());  // sign-extend
     }
     return PushInt(static_cast<int64_t>(value));

@@ -192,7 +192,12 @@ TEST(PickleTest, IntegerEdgesAndOverflow) {
   EXPECT_EQ(doc->root().items[2]->int_value, 0);
   EXPECT_EQ(doc->root().items[3]->int_value, -1);
   EXPECT_EQ(doc->root().items[4]->int_value, 256);
-  // 2**64 as LONG1 needs 9 bytes.
+  // 2**64 - 1 (pickle.dumps(2**64 - 1) = LONG1 of 9 bytes, the last the sign byte 0): a C++
+  // SIZE_MAX, read as its bits.
+  auto wide = MustParse(B("\x80\x02\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00."));
+  ASSERT_NE(wide, nullptr);
+  EXPECT_EQ(wide->root().int_value, -1);
+  // 2**64 as LONG1 needs 9 bytes with a non-zero top byte: refused.
   std::string message = MustFail(B("\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01."));
   EXPECT_NE(message.find("test.pkl: byte 2: LONG1 integer of 9 bytes does not fit 64 bits"),
             std::string::npos)

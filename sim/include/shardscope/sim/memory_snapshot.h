@@ -74,11 +74,8 @@ struct RecordedSnapshot {
   bool has_allocator_settings = false;
 };
 
-// Parses a snapshot pickle. PyTorch pickles C++ frames with unknown lines as
-// SIZE_MAX, an integer traces::ParsePickle refuses (it keeps every int in int64): when that
-// is the only problem, integers in [2^63, 2^64) are read as their two's-complement int64
-// value (SIZE_MAX as -1) and the file is parsed again. Only frame line numbers take such
-// values, and the replay reads no frames.
+// Parses a snapshot pickle (traces::ParsePickle; PyTorch pickles C++ frames with unknown
+// lines as SIZE_MAX, which the reader gives back as -1).
 StatusOr<std::unique_ptr<traces::PickleDocument>> ParseMemorySnapshotPickle(std::string_view bytes,
                                                                             std::string_view source);
 StatusOr<std::unique_ptr<traces::PickleDocument>> ReadMemorySnapshotPickleFile(const std::string& path);

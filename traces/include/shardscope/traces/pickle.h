@@ -8,7 +8,9 @@
 //   if (entries != nullptr && entries->kind == PickleObject::Kind::kList) ...
 //
 // The reader is a pickle virtual machine restricted to plain objects: None, bool, int (must fit
-// int64), float, str, bytes, list, tuple and dict, protocols 0-5. Supported opcodes:
+// int64; a LONG1/LONG4 value in [2^63, 2^64), a C++ uint64_t such as a snapshot frame's unknown
+// line SIZE_MAX, is read modulo 2^64, i.e. as the C++ bits: SIZE_MAX -> -1), float, str, bytes,
+// list, tuple and dict, protocols 0-5. Supported opcodes:
 //   framing  PROTO (protocol <= 5), FRAME (length checked, contents read in place), STOP
 //   stack    MARK, POP, POP_MARK, DUP
 //   scalars  NONE, NEWTRUE, NEWFALSE, BININT, BININT1, BININT2, LONG1, LONG4, INT, LONG,
