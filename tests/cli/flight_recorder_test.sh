@@ -71,8 +71,8 @@ if got != want or len(fr["hangs"]) != 1:
     print("  (b) flight-recorder", got, "simulate", want, "hangs", len(fr["hangs"])); sys.exit(1)
 PY
 
-# ---- (c) a divergence: simulate predicts a size mismatch; the dumps give the same kind, and say
-# that the stuck collective is older than the 20-entry buffers.
+# ---- (c) a divergence: simulate predicts a size mismatch; the dumps (2000 entries, PyTorch's
+# recommended buffer) give the same collective, sequence number and kind.
 "$shardscope" simulate examples/divergence/ddp-bucket-layout.yaml -o "$work/div" -q --trace-ranks none > /dev/null
 set +e
 "$shardscope" flight-recorder "$work/div" --json > "$work/div.json" 2> /dev/null
@@ -85,8 +85,8 @@ sim = json.load(open(sys.argv[1]))["hang_report"]
 hang = json.load(open(sys.argv[2]))["hangs"][0]
 m = re.search(r"#(\d+) on '([^']+)'.*\((SIZE_OR_SYNTAX_MISMATCH|COLLECTIVE_TYPE_MISMATCH)\)", sim["explanation"][0])
 if not m or hang["mismatch"] is None or hang["mismatch"]["kind"] != m.group(3) \
-   or hang["process_group_desc"] != m.group(2) or hang["oldest_incomplete_seq"] != int(m.group(1)):
-    print("  (c)", sim["explanation"][0], hang["mismatch"], hang["oldest_incomplete_seq"]); sys.exit(1)
+   or hang["process_group_desc"] != m.group(2) or hang["seq"] != int(m.group(1)):
+    print("  (c)", sim["explanation"][0], hang["mismatch"], hang["seq"]); sys.exit(1)
 PY
 
 # ---- (d) no hang: every rank at the same collective, nothing missing -> exit 0.

@@ -22,9 +22,13 @@ struct HangOptions {
   // (torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp), the `timeout=` default of
   // init_process_group for NCCL.
   int64_t watchdog_timeout_ns = int64_t{600'000} * 1'000'000;
-  // Entries per Flight Recorder dump: the last N collectives of the rank (PyTorch sizes its
-  // ring buffer with TORCH_NCCL_TRACE_BUFFER_SIZE / TORCH_FR_BUFFER_SIZE).
-  int32_t flight_recorder_entries = 20;
+  // Entries per Flight Recorder dump: the last N collectives of the rank. PyTorch sizes its
+  // ring buffer with TORCH_NCCL_TRACE_BUFFER_SIZE (newer name TORCH_FR_BUFFER_SIZE); 2000 is
+  // the value PyTorch's Flight Recorder tutorial recommends and gives as the default
+  // (pytorch/tutorials prototype_source/flight_recorder_tutorial.rst). A buffer that small
+  // enough to lose the stuck collective (20 did, on bucketed DDP) hides the very entry
+  // `shardscope flight-recorder` needs.
+  int32_t flight_recorder_entries = 2000;
 };
 
 enum class WaitVertexKind : uint8_t { kHost, kStream, kEvent, kRendezvous };
