@@ -254,6 +254,8 @@ TEST(RuntimeFlightRecorder, WritesStatesSequenceNumbersAndTheBlockedCollective) 
   EXPECT_EQ(j["entries"][2]["state"], "scheduled");
   EXPECT_EQ(j["entries"][2]["process_group"][1], "pair");
   EXPECT_EQ(j["entries"][3]["is_p2p"], true);
+  // Rank 3 sends to rank 1 on "pair" = [3, 1]: group ranks 0 -> 1, as ProcessGroupNCCL names it.
+  EXPECT_EQ(j["entries"][3]["profiling_name"], "nccl:send 0->1");
   EXPECT_EQ(j["entries"][3]["p2p_seq_id"], 1);
   EXPECT_EQ(j["entries"][3]["timeout_ms"], 5000);
   // pg_status for the three communicators rank 3 is bound to (not "unused").

@@ -59,7 +59,18 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
     e["collective_seq_id"] = r.collective_seq;
     e["p2p_seq_id"] = r.p2p_seq;
     e["op_id"] = r.op_seq;
-    e["profiling_name"] = fmt::format("nccl:{}", traces::CollectiveTypeName(coll.type));
+    // ProcessGroupNCCL::send / recv name p2p work "nccl:send 2->3" / "nccl:recv 3<-2" with
+    // ranks in the process group, as sim/hang.cc writes them.
+    std::string profiling_name = fmt::format("nccl:{}", traces::CollectiveTypeName(coll.type));
+    if (IsP2p(coll.type)) {
+      const auto group_rank = [&](int32_t global) {
+        auto it = std::find(comm.ranks.begin(), comm.ranks.end(), global);
+        return it == comm.ranks.end() ? global : static_cast<int32_t>(it - comm.ranks.begin());
+      };
+      profiling_name += fmt::format(" {}{}{}", group_rank(context.rank),
+                                    coll.type == CollectiveType::kSend ? "->" : "<-", group_rank(coll.peer));
+    }
+    e["profiling_name"] = profiling_name;
     e["time_created_ns"] = TimeOrNull(r.created_ns);
     e["input_sizes"] = {{in}};
     e["input_dtypes"] = {dtype};

@@ -45,7 +45,9 @@ struct FlightDumpContext {
   std::string reason;              // "watchdog timeout ...", "dump requested by rank 2", ...
   std::string host;                // what the host thread was doing
   double timeout_s = 0;
-  int32_t entries_limit = 20;      // the ring buffer (TORCH_FR_BUFFER_SIZE)
+  // The ring buffer (TORCH_NCCL_TRACE_BUFFER_SIZE / TORCH_FR_BUFFER_SIZE): 2000, as simulate's
+  // dumps (sim/hang.h HangOptions::flight_recorder_entries has the source).
+  int32_t entries_limit = 2000;
   // Ranks of the blocked collective's communicator that had not started it, as far as this
   // rank learned from its peers' progress, and peers that never answered.
   std::vector<int32_t> missing_ranks;
