@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "shardscope/traces/json_text.h"
+
 namespace shardscope::sim {
 namespace {
 
@@ -47,43 +49,6 @@ std::string Describe(const Json& value) {
       return text;
     }
   }
-}
-
-// "line:column" of a byte offset, for JSON syntax errors.
-std::string LineColumn(std::string_view text, size_t offset) {
-  size_t line = 1, column = 1;
-  for (size_t i = 0; i < offset && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return fmt::format("{}:{}", line, column);
-}
-
-// The deepest nesting of [ and { outside strings, stopping once past kMaxDepth.
-int NestingDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size() && deepest <= kMaxDepth; ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 // Builds messages "SOURCE: WHERE: key 'KEY': expected ..., got ...".
@@ -357,7 +322,7 @@ Status ValidateAllocTrace(const AllocTrace& trace, const std::string& source) {
 }  // namespace
 
 StatusOr<AllocTrace> ParseAllocTrace(std::string_view json, const std::string& source) {
-  if (NestingDepth(json) > kMaxDepth) {
+  if (traces::JsonNestingDepth(json, kMaxDepth) > kMaxDepth) {
     return Status::InvalidInput(fmt::format("{}: JSON nested deeper than {} levels (a trace nests 3)", source, kMaxDepth));
   }
   // nlohmann reports where a syntax error is only through its exception; it is caught here
@@ -367,7 +332,7 @@ StatusOr<AllocTrace> ParseAllocTrace(std::string_view json, const std::string& s
     doc = Json::parse(json.begin(), json.end());
   } catch (const Json::parse_error& e) {
     const size_t offset = e.byte > 0 ? e.byte - 1 : 0;
-    return Status::InvalidInput(fmt::format("{}:{}: invalid JSON: {}", source, LineColumn(json, offset), e.what()));
+    return Status::InvalidInput(fmt::format("{}:{}: invalid JSON: {}", source, traces::LineColumn(json, offset), e.what()));
   } catch (const std::exception& e) {
     return Status::InvalidInput(fmt::format("{}: invalid JSON: {}", source, e.what()));
   }

@@ -60,19 +60,6 @@ bool OneObject(std::string_view text, size_t* end_offset) {
   return true;
 }
 
-// Line and column (1-based) of a byte offset.
-std::pair<int64_t, int64_t> LineColumn(std::string_view text, size_t offset) {
-  int64_t line = 1, column = 1;
-  for (size_t i = 0; i < offset && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return {line, column};
-}
 
 bool IsQuoted(const YAML::Node& value) { return value.IsScalar() && value.Tag() == "!"; }
 
@@ -93,14 +80,6 @@ bool IsJsonNumberText(std::string_view text) {
 
 }  // namespace
 
-std::string JoinKeys(const std::vector<std::string_view>& keys) {
-  std::string out;
-  for (std::string_view key : keys) {
-    if (!out.empty()) out += ", ";
-    out += key;
-  }
-  return out;
-}
 
 std::string JsonReader::Where(const YAML::Mark& mark) const {
   if (mark.is_null() || mark.line < 0 || mark.column < 0) return fmt::format("{}:1:1", source_);
@@ -135,7 +114,7 @@ Status JsonReader::Unsupported(const JsonMember& member, std::string_view why) c
 StatusOr<YAML::Node> JsonReader::Load(std::string_view text) const {
   size_t end = 0;
   if (!OneObject(text, &end)) {
-    const auto [line, column] = LineColumn(text, end);
+    const auto [line, column] = traces::PositionOf(text, end);
     return Status::InvalidInput(fmt::format(
         "{}:{}:{}: (top level): expected one JSON object {{...}} and nothing after it, got {}",
         source_, line, column, end >= text.size() ? "nothing" : "more text"));

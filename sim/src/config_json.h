@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardscope/traces/json_text.h"
 #include "shardscope/traces/status.h"
 
 namespace shardscope::sim {
@@ -69,8 +70,7 @@ class JsonReader {
   const std::string& source_;
 };
 
-// "a, b, c" of a list of names.
-std::string JoinKeys(const std::vector<std::string_view>& keys);
+using traces::JoinKeys;  // "a, b, c" (shardscope/traces/json_text.h)
 
 }  // namespace shardscope::sim
 

@@ -406,32 +406,6 @@ class DumpReader {
   std::string_view source_;
 };
 
-// The deepest bracket nesting of a JSON text (strings skipped), to refuse hostile depth
-// before a recursive structure is built.
-int JsonDepth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 // The rank digits at the end of a file name (after dropping .json / .pkl / .pickle), and the
 // prefix before them; nullopt when the name does not end in digits.
 struct DumpName {
@@ -480,7 +454,7 @@ StatusOr<FlightRecorderDump> ParseFlightRecorderDump(std::string_view bytes, std
   size_t first = 0;
   while (first < bytes.size() && std::isspace(static_cast<unsigned char>(bytes[first]))) ++first;
   if (first < bytes.size() && bytes[first] == '{') {
-    if (JsonDepth(bytes) > kMaxJsonDepth) {
+    if (JsonNestingDepth(bytes, kMaxJsonDepth) > kMaxJsonDepth) {
       return Status::InvalidInput(
           fmt::format("{}: JSON nested deeper than {} levels: not a Flight Recorder dump", source, kMaxJsonDepth));
     }

@@ -1,7 +1,8 @@
-// Helpers shared by the JSON readers (schedule_json.cc, chrome_trace_reader.cc): where an
-// error is, and what nlohmann's message says without its own prefix. Private to traces/.
-#ifndef SHARDSCOPE_TRACES_JSON_TEXT_H_
-#define SHARDSCOPE_TRACES_JSON_TEXT_H_
+// nlohmann's error text for the JSON readers of traces/ (schedule_json.cc,
+// chrome_trace_reader.cc, flight_recorder.cc); the shared position helpers are public
+// (shardscope/traces/json_text.h). Private to traces/.
+#ifndef SHARDSCOPE_TRACES_SRC_JSON_TEXT_H_
+#define SHARDSCOPE_TRACES_SRC_JSON_TEXT_H_
 
 #include <cstddef>
 #include <string>
@@ -9,10 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace shardscope::traces {
+#include "shardscope/traces/json_text.h"
 
-// The byte at `offset` of `text` as "line:column", both 1-based.
-std::string LineColumn(std::string_view text, size_t offset);
+namespace shardscope::traces {
 
 // The part of nlohmann's message worth showing: without "[json.exception...]" and its own
 // position (callers print theirs from the byte offset).
@@ -20,4 +20,4 @@ std::string JsonErrorText(const nlohmann::detail::exception& error);
 
 }  // namespace shardscope::traces
 
-#endif  // SHARDSCOPE_TRACES_JSON_TEXT_H_
+#endif  // SHARDSCOPE_TRACES_SRC_JSON_TEXT_H_

@@ -93,15 +93,6 @@ std::string PointerSegment(std::string_view key) {
   return out;
 }
 
-std::string JoinKeys(const std::vector<std::string_view>& keys) {
-  std::string out;
-  for (std::string_view key : keys) {
-    if (!out.empty()) out += ", ";
-    out += key;
-  }
-  return out;
-}
-
 // The same for a file, read again a block at a time (only on errors).
 std::string LineColumnInFile(const std::string& path, size_t offset) {
   std::ifstream file(path, std::ios::binary);
