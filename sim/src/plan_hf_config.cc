@@ -35,8 +35,8 @@ constexpr std::array<HfModelType, 3> kModelTypes = {{
     {"llama", 32000, 4096, 11008, 32, 32, 0, 0, 0, 0},
     // MistralConfig: intermediate 14336, num_key_value_heads 8, sliding_window 4096.
     {"mistral", 32000, 4096, 14336, 32, 32, 8, 4096, 0, 0},
-    // MixtralConfig: as Mistral, sliding_window None, num_local_experts 8,
-    // num_experts_per_tok 2.
+    // MixtralConfig (transformers models/mixtral/configuration_mixtral.py): as Mistral but
+    // sliding_window None, num_local_experts 8, num_experts_per_tok 2.
     {"mixtral", 32000, 4096, 14336, 32, 32, 8, 0, 8, 2},
 }};
 
