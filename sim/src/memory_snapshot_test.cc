@@ -356,9 +356,11 @@ TEST(MemorySnapshotReader, ErrorsNameTheKeyPath) {
 // PyTorch pickles an unknown C++ frame line as SIZE_MAX (LONG1 of 9 bytes), which the pickle
 // reader refuses; the snapshot reader reads it as -1.
 TEST(MemorySnapshotReader, SizeMaxFrameLinesAreRead) {
-  const std::string bytes(
-      "\x80\x04}\x94(\x8c\x04line\x94\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00\x8c\x04name\x94\x8c\x01" "f\x94u.",
-      39);
+  // pickle.dumps({"line": 2**64 - 1, "name": "f"}, protocol=4) without its FRAME: 36 bytes.
+  static constexpr char kPickle[] =
+      "\x80\x04}\x94(\x8c\x04line\x94\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00\x8c\x04name\x94\x8c\x01" "f\x94u.";
+  const std::string bytes(kPickle, sizeof(kPickle) - 1);
+  ASSERT_EQ(bytes.size(), 36u);
   auto doc = ParseMemorySnapshotPickle(bytes, "f.pickle");
   ASSERT_TRUE(doc.ok()) << doc.status().message();
   const traces::PickleObject* line = (*doc)->root().Find("line");
