@@ -11,7 +11,7 @@
 
 #include "commands.h"
 #include "shardscope/sim/memory_snapshot.h"
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 namespace shardscope::cli {
 

@@ -11,7 +11,7 @@
 
 #include "commands.h"
 #include "shardscope/traces/diff.h"
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 #include "shardscope/traces/hta_metrics.h"
 
 namespace shardscope::cli {

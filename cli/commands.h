@@ -13,7 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "shardscope/sim/engine.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::cli {
 

@@ -11,7 +11,7 @@
 #include "shardscope/sim/plan.h"
 #include "shardscope/sim/simulation.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::cli {
 

@@ -25,7 +25,7 @@
 #include "inputs.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 #include "shardscope/traces/listing.h"
 #include "shardscope/traces/schedule_json.h"
 

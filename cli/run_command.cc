@@ -35,7 +35,7 @@
 #include "shardscope/runtime/host_backend.h"
 #include "shardscope/runtime/profile_mode.h"
 #include "shardscope/traces/chrome_trace.h"
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 namespace shardscope::cli {
 

@@ -8,7 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shardscope::traces;

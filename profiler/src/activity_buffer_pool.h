@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "shardscope/profiler/activity.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::profiler {
 

@@ -1,6 +1,6 @@
 #include "shardscope/profiler/capture_json.h"
 
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

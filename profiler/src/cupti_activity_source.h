@@ -26,7 +26,7 @@
 
 #include "activity_buffer_pool.h"
 #include "shardscope/profiler/activity.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::profiler {
 

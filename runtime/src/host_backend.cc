@@ -35,7 +35,7 @@
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/traces/chrome_trace.h"
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 namespace shardscope::runtime {
 

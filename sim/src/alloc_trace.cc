@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "shardscope/traces/json_text.h"
+#include "shardscope/base/json_text.h"
 
 namespace shardscope::sim {
 namespace {

@@ -7,7 +7,7 @@
 // durations come from a provider built on everything fitted before.
 #include "shardscope/sim/calibration.h"
 
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>

@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardscope/traces/json_text.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/json_text.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::sim {
 
@@ -70,7 +70,7 @@ class JsonReader {
   const std::string& source_;
 };
 
-using traces::JoinKeys;  // "a, b, c" (shardscope/traces/json_text.h)
+using traces::JoinKeys;  // "a, b, c" (shardscope/base/json_text.h)
 
 }  // namespace shardscope::sim
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::sim {
 

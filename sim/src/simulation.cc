@@ -19,7 +19,7 @@
 #include "shardscope/sim/hang.h"
 #include "shardscope/sim/mfu_conventions.h"
 #include "shardscope/sim/version.h"
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 namespace shardscope::sim {
 namespace {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "chrome_trace_fast_reader.h"
-#include "gzip_stream.h"
+#include "shardscope/base/gzip_stream.h"
 #include "json_text.h"
 #include "shardscope/traces/chrome_trace.h"
 

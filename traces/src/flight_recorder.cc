@@ -33,7 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_text.h"
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 namespace shardscope::traces {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 namespace shardscope::traces {
 namespace {

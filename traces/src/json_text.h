@@ -1,6 +1,6 @@
 // nlohmann's error text for the JSON readers of traces/ (schedule_json.cc,
 // chrome_trace_reader.cc, flight_recorder.cc); the shared position helpers are public
-// (shardscope/traces/json_text.h). Private to traces/.
+// (shardscope/base/json_text.h). Private to traces/.
 #ifndef SHARDSCOPE_TRACES_SRC_JSON_TEXT_H_
 #define SHARDSCOPE_TRACES_SRC_JSON_TEXT_H_
 
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shardscope/traces/json_text.h"
+#include "shardscope/base/json_text.h"
 
 namespace shardscope::traces {
 

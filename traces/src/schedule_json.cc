@@ -12,7 +12,7 @@
 #include "json_text.h"
 #include "shardscope/traces/schedule_json.h"
 
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -43,7 +43,7 @@
 #include "shardscope/runtime/execution_plan.h"
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/sim/version.h"
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 namespace shardscope::runtime {
 

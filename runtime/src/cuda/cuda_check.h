@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime::cuda {
 

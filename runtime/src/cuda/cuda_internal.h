@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime::cuda {
 

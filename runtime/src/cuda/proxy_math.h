@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime::cuda {
 

@@ -44,7 +44,7 @@
 
 #include "shardscope/profiler/activity.h"
 #include "shardscope/profiler/clock_alignment.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::profiler {
 

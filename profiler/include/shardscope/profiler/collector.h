@@ -38,7 +38,7 @@
 #include "shardscope/profiler/activity.h"
 #include "shardscope/profiler/clock_alignment.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 #include "shardscope/traces/timeline.h"
 
 namespace shardscope::profiler {

@@ -27,7 +27,7 @@
 #include "shardscope/runtime/host_backend.h"
 #include "shardscope/sim/simulation.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime {
 

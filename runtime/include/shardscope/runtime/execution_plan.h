@@ -20,7 +20,7 @@
 
 #include "shardscope/sim/engine.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime {
 

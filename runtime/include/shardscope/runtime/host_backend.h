@@ -28,7 +28,7 @@
 #include "shardscope/sim/engine.h"
 #include "shardscope/sim/simulation.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime {
 

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::runtime {
 

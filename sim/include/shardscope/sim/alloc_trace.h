@@ -26,7 +26,7 @@
 
 #include "shardscope/sim/caching_allocator.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::sim {
 

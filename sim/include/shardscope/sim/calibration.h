@@ -55,7 +55,7 @@
 #include "shardscope/sim/hardware.h"
 #include "shardscope/sim/plan.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 #include "shardscope/traces/timeline.h"
 
 namespace shardscope::sim {

@@ -9,7 +9,7 @@
 
 #include "shardscope/sim/plan.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::sim {
 

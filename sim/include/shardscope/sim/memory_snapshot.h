@@ -31,8 +31,8 @@
 
 #include "shardscope/sim/alloc_trace.h"
 #include "shardscope/sim/caching_allocator.h"
-#include "shardscope/traces/pickle.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/pickle.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::sim {
 

@@ -29,7 +29,7 @@
 #include "shardscope/sim/hardware.h"
 #include "shardscope/sim/model.h"
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::sim {
 

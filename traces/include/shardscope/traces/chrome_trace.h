@@ -58,7 +58,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 #include "shardscope/traces/timeline.h"
 
 namespace shardscope::traces {

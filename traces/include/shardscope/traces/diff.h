@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "shardscope/traces/hta_metrics.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 #include "shardscope/traces/timeline.h"
 
 namespace shardscope::traces {

@@ -57,7 +57,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 #include "shardscope/traces/timeline.h"
 
 namespace shardscope::traces {

@@ -23,7 +23,7 @@
 #include <variant>
 #include <vector>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::traces {
 

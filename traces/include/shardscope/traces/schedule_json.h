@@ -82,7 +82,7 @@
 #include <string_view>
 
 #include "shardscope/traces/schedule.h"
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::traces {
 

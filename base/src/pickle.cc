@@ -2,7 +2,7 @@
 //
 // Opcode semantics follow CPython's Lib/pickle.py (_Unpickler.load_* and _Pickler.save_*) and
 // the opcode table in Lib/pickletools.py; the comments beside each case name the opcode.
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 #include <bit>
 #include <charconv>

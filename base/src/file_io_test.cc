@@ -1,4 +1,4 @@
-#include "shardscope/traces/file_io.h"
+#include "shardscope/base/file_io.h"
 
 #include <gtest/gtest.h>
 

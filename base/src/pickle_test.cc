@@ -1,4 +1,4 @@
-#include "shardscope/traces/pickle.h"
+#include "shardscope/base/pickle.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // GzipInputBuffer: zlib's inflate() in gzip mode, a block at a time (see gzip_stream.h).
-#include "gzip_stream.h"
+#include "shardscope/base/gzip_stream.h"
 
 #include <fmt/format.h>
 

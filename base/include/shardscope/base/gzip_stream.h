@@ -13,9 +13,10 @@
 //   if (gzip.error()) -> "corrupt gzip data: <what zlib said>"
 //
 // Concatenated members (what `cat a.gz b.gz` makes, and gzip -d accepts) are read one after
-// another. Private to traces/.
-#ifndef SHARDSCOPE_TRACES_GZIP_STREAM_H_
-#define SHARDSCOPE_TRACES_GZIP_STREAM_H_
+// another. Kept in the namespace of the trace readers that use it (traces::trace_internal):
+// base/ moved folders, not names (base/README.md).
+#ifndef SHARDSCOPE_BASE_GZIP_STREAM_H_
+#define SHARDSCOPE_BASE_GZIP_STREAM_H_
 
 #include <zlib.h>
 
@@ -65,4 +66,4 @@ class GzipInputBuffer final : public std::streambuf {
 
 }  // namespace shardscope::traces::trace_internal
 
-#endif  // SHARDSCOPE_TRACES_GZIP_STREAM_H_
+#endif  // SHARDSCOPE_BASE_GZIP_STREAM_H_

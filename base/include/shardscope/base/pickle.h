@@ -45,8 +45,8 @@
 //   dump.Add("version", PickleValue::String("2.9"));
 //   dump.Add("entries", PickleValue::List({PickleValue::Int(1), PickleValue::None()}));
 //   std::string bytes = WritePickle(dump);
-#ifndef SHARDSCOPE_TRACES_PICKLE_H_
-#define SHARDSCOPE_TRACES_PICKLE_H_
+#ifndef SHARDSCOPE_BASE_PICKLE_H_
+#define SHARDSCOPE_BASE_PICKLE_H_
 
 #include <cstdint>
 #include <deque>
@@ -56,7 +56,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardscope/traces/status.h"
+#include "shardscope/base/status.h"
 
 namespace shardscope::traces {
 
@@ -159,4 +159,4 @@ std::string WritePickle(const PickleValue& value);
 
 }  // namespace shardscope::traces
 
-#endif  // SHARDSCOPE_TRACES_PICKLE_H_
+#endif  // SHARDSCOPE_BASE_PICKLE_H_

@@ -3,8 +3,8 @@
 // A function that can fail on user input returns Status or StatusOr<T>. Messages name the
 // file, line and key where one is known, and what was expected. Only main() turns a Status
 // into an exit code: kInvalidInput -> 2 (bad plan, schedule or trace), others -> 1.
-#ifndef SHARDSCOPE_TRACES_STATUS_H_
-#define SHARDSCOPE_TRACES_STATUS_H_
+#ifndef SHARDSCOPE_BASE_STATUS_H_
+#define SHARDSCOPE_BASE_STATUS_H_
 
 #include <string>
 #include <utility>
@@ -89,4 +89,4 @@ class [[nodiscard]] StatusOr {
 #define SHARDSCOPE_ASSIGN_OR_RETURN(lhs, expr) \
   SHARDSCOPE_ASSIGN_OR_RETURN_IMPL_(SHARDSCOPE_CONCAT_(shardscope_or_, __LINE__), lhs, expr)
 
-#endif  // SHARDSCOPE_TRACES_STATUS_H_
+#endif  // SHARDSCOPE_BASE_STATUS_H_

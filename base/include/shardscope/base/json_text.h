@@ -1,8 +1,8 @@
 // Text helpers every JSON reader of the project shares (schedule, Chrome trace, Flight
 // Recorder, allocation traces, framework config files): where a byte offset is, how deep a
 // text nests before a recursive parser sees it, and a key list for "expected one of" messages.
-#ifndef SHARDSCOPE_TRACES_JSON_TEXT_H_
-#define SHARDSCOPE_TRACES_JSON_TEXT_H_
+#ifndef SHARDSCOPE_BASE_JSON_TEXT_H_
+#define SHARDSCOPE_BASE_JSON_TEXT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -31,4 +31,4 @@ std::string JoinKeys(const std::vector<std::string_view>& keys);
 
 }  // namespace shardscope::traces
 
-#endif  // SHARDSCOPE_TRACES_JSON_TEXT_H_
+#endif  // SHARDSCOPE_BASE_JSON_TEXT_H_
