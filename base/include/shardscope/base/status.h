@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include "shardscope/base/check.h"
+
 namespace shardscope {
 
 enum class StatusCode {
@@ -49,24 +51,42 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// Either a value or a non-ok Status.
+// Either a value or a non-ok Status. An OK Status carries no value, so constructing a
+// StatusOr from one is a programming error, and so is value() on an error: both fail a
+// SHARDSCOPE_CHECK (check.h) that names the place and, for value(), the error's message.
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
-  StatusOr(Status status) : data_(std::move(status)) {}  // NOLINT: implicit by design
+  StatusOr(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design
+    SHARDSCOPE_CHECK(!std::get<Status>(data_).ok(), "StatusOr constructed from an OK Status");
+  }
 
   bool ok() const { return std::holds_alternative<T>(data_); }
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(data_); }
-  const T& value() const& { return std::get<T>(data_); }
-  T& value() & { return std::get<T>(data_); }
-  T&& value() && { return std::get<T>(std::move(data_)); }
+  const T& value() const& {
+    CheckHasValue();
+    return std::get<T>(data_);
+  }
+  T& value() & {
+    CheckHasValue();
+    return std::get<T>(data_);
+  }
+  T&& value() && {
+    CheckHasValue();
+    return std::get<T>(std::move(data_));
+  }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
 
  private:
+  // Before every std::get<T>, so that never throws bad_variant_access.
+  void CheckHasValue() const {
+    SHARDSCOPE_CHECK(ok(), "StatusOr::value() on an error: " + std::get<Status>(data_).message());
+  }
+
   std::variant<T, Status> data_;
 };
 
