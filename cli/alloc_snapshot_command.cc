@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "shardscope/sim/memory_snapshot.h"
+#include "shardscope/analysis/memory_snapshot.h"
 #include "shardscope/base/pickle.h"
 
 namespace shardscope::cli {

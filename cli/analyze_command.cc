@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 #include "shardscope/base/file_io.h"
-#include "shardscope/traces/hta_metrics.h"
+#include "shardscope/analysis/hta_metrics.h"
 
 namespace shardscope::cli {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "commands.h"
 #include "inputs.h"
-#include "shardscope/sim/calibration.h"
+#include "shardscope/analysis/calibration_fit.h"
 #include "shardscope/traces/chrome_trace.h"
 
 namespace shardscope::cli {

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 
 namespace shardscope::cli {
 namespace {

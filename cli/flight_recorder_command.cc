@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "shardscope/traces/flight_recorder.h"
+#include "shardscope/analysis/flight_recorder_analysis.h"
 
 namespace shardscope::cli {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "commands.h"
 #include "shardscope/traces/chrome_trace.h"
-#include "shardscope/traces/import.h"
+#include "shardscope/analysis/import.h"
 
 namespace shardscope::cli {
 namespace {

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardscope/traces/flight_recorder.h"
+#include "shardscope/analysis/flight_recorder_analysis.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shardscope::traces;

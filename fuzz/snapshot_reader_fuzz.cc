@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "shardscope/sim/memory_snapshot.h"
+#include "shardscope/analysis/memory_snapshot.h"
 
 namespace {
 // A bounded replay: enough to reach every rule, small enough to stay fast.

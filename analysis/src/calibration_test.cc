@@ -5,7 +5,7 @@
 // ways (GEMM efficiency 0.55 everywhere, attention 0.60, memory bandwidth x 0.8, NCCL
 // bandwidth x 0.7 and latency + 5 us, launch cost 4 us, contention 0.30 / 0.15), so the
 // expected fitted values are those constants, known before anything runs.
-#include "shardscope/sim/calibration.h"
+#include "shardscope/analysis/calibration_fit.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>

@@ -1,14 +1,14 @@
 // Tests of HTA's metrics: a small trace whose figures are worked out by hand below, and the
 // real traces in tests/fixtures/real/traces/ against the figures HTA itself gives for them
 // (the fixtures' README.md).
-#include "shardscope/traces/hta_metrics.h"
+#include "shardscope/analysis/hta_metrics.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "shardscope/traces/chrome_trace.h"
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 
 namespace shardscope::traces {
 namespace {

@@ -11,7 +11,7 @@
 // <= kSmallSize, and every large-pool block (free or not) is larger than that (requests
 // above 1 MiB, remainders above 1 MiB, merges only grow) so such a gap cannot be a block of
 // its own. Free space is one block per gap, as free_block merges neighbours.
-#include "shardscope/sim/memory_snapshot.h"
+#include "shardscope/analysis/memory_snapshot.h"
 
 #include <fmt/format.h>
 

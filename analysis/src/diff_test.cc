@@ -1,7 +1,7 @@
 // Tests of the predicted-vs-measured diff. Expectations are computed by hand from a small
 // replay of two ranks (host launches, one FIFO stream, collectives that start when every
 // rank is ready), never copied from the diff's output.
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 
 #include <unistd.h>
 

@@ -4,7 +4,7 @@
 // the first classifies its tracks (devices, streams, host threads) and finds the rank and
 // the file's earliest event; once every file is read the common origin is known, and the
 // second pass rewrites pids, tids and timestamps into the merged timeline.
-#include "shardscope/traces/import.h"
+#include "shardscope/analysis/import.h"
 
 #include <fmt/format.h>
 

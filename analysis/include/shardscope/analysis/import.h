@@ -49,8 +49,8 @@
 // - Collective kernels without a Seq anywhere (older PyTorch; NCCL args but no
 //   record_param_comms in the trace) are numbered 1, 2, ... per rank and process group in
 //   start order, marked with the arg "Seq from": "order", and a warning says so.
-#ifndef SHARDSCOPE_TRACES_IMPORT_H_
-#define SHARDSCOPE_TRACES_IMPORT_H_
+#ifndef SHARDSCOPE_ANALYSIS_IMPORT_H_
+#define SHARDSCOPE_ANALYSIS_IMPORT_H_
 
 #include <cstdint>
 #include <string>
@@ -110,4 +110,4 @@ std::string NormalizeCollectiveName(std::string_view name);
 
 }  // namespace shardscope::traces
 
-#endif  // SHARDSCOPE_TRACES_IMPORT_H_
+#endif  // SHARDSCOPE_ANALYSIS_IMPORT_H_

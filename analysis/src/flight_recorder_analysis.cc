@@ -40,7 +40,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "shardscope/traces/flight_recorder.h"
+#include "shardscope/analysis/flight_recorder_analysis.h"
 
 namespace shardscope::traces {
 namespace {

@@ -1,6 +1,6 @@
 // Import of the hand-written Kineto fixtures (tests/fixtures/kineto/, README there). Every
 // expected value below is worked out from the fixture text, not taken from the output.
-#include "shardscope/traces/import.h"
+#include "shardscope/analysis/import.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

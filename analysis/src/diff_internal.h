@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 
 namespace shardscope::traces::diff_internal {
 

@@ -1,8 +1,8 @@
 // Holistic Trace Analysis's per-rank metrics (hta_metrics.h has the definitions and the HTA
 // functions they follow; each step below cites its function again).
-#include "shardscope/traces/hta_metrics.h"
+#include "shardscope/analysis/hta_metrics.h"
 
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 
 #include <fmt/format.h>
 

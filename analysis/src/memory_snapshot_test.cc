@@ -2,7 +2,7 @@
 // PyTorch's allocator rules (round_size, best fit by (stream, size, address), should_split,
 // release_cached_blocks then alloc_block again), and on the real snapshot in
 // tests/fixtures/real/memory-snapshots/ against the counts its source states.
-#include "shardscope/sim/memory_snapshot.h"
+#include "shardscope/analysis/memory_snapshot.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -30,15 +30,15 @@
 //
 // Memory: the events are flat vectors indexed by int32; names are interned once per
 // distinct raw name, never copied per event. Deterministic: same inputs, same outputs.
-#ifndef SHARDSCOPE_TRACES_DIFF_H_
-#define SHARDSCOPE_TRACES_DIFF_H_
+#ifndef SHARDSCOPE_ANALYSIS_DIFF_H_
+#define SHARDSCOPE_ANALYSIS_DIFF_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "shardscope/traces/hta_metrics.h"
+#include "shardscope/analysis/hta_metrics.h"
 #include "shardscope/base/status.h"
 #include "shardscope/traces/timeline.h"
 
@@ -299,4 +299,4 @@ Status WriteDiffOutputs(const DiffSide& predicted, const DiffSide& measured, con
 
 }  // namespace shardscope::traces
 
-#endif  // SHARDSCOPE_TRACES_DIFF_H_
+#endif  // SHARDSCOPE_ANALYSIS_DIFF_H_

@@ -1,4 +1,4 @@
-#include "shardscope/traces/flight_recorder.h"
+#include "shardscope/analysis/flight_recorder_analysis.h"
 
 #include <gtest/gtest.h>
 

@@ -20,8 +20,8 @@
 //   SHARDSCOPE_ASSIGN_OR_RETURN(RecordedSnapshot snapshot, ReadMemorySnapshot(doc->root(), path));
 //   SHARDSCOPE_ASSIGN_OR_RETURN(SnapshotReplay replay, ReplaySnapshot(snapshot, {}));
 //   std::cout << SnapshotReplayText(snapshot, replay, path);
-#ifndef SHARDSCOPE_SIM_MEMORY_SNAPSHOT_H_
-#define SHARDSCOPE_SIM_MEMORY_SNAPSHOT_H_
+#ifndef SHARDSCOPE_ANALYSIS_MEMORY_SNAPSHOT_H_
+#define SHARDSCOPE_ANALYSIS_MEMORY_SNAPSHOT_H_
 
 #include <cstdint>
 #include <optional>
@@ -153,4 +153,4 @@ std::string SnapshotReplayText(const RecordedSnapshot& snapshot, const SnapshotR
 
 }  // namespace shardscope::sim
 
-#endif  // SHARDSCOPE_SIM_MEMORY_SNAPSHOT_H_
+#endif  // SHARDSCOPE_ANALYSIS_MEMORY_SNAPSHOT_H_

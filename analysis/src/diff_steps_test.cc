@@ -10,7 +10,7 @@
 #include <string>
 
 #include "shardscope/traces/chrome_trace.h"
-#include "shardscope/traces/diff.h"
+#include "shardscope/analysis/diff.h"
 
 namespace shardscope::traces {
 namespace {

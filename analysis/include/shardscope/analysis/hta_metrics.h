@@ -42,8 +42,8 @@
 //   unions ("COMPUTATION", "COMPUTATION overlapping COMMUNICATION", ...).
 // Ranks: a file's distributedInfo.rank, or the pid in our own multi-rank traces (DiffSide's
 // rule); HTA needs distributedInfo.rank in every file.
-#ifndef SHARDSCOPE_TRACES_HTA_METRICS_H_
-#define SHARDSCOPE_TRACES_HTA_METRICS_H_
+#ifndef SHARDSCOPE_ANALYSIS_HTA_METRICS_H_
+#define SHARDSCOPE_ANALYSIS_HTA_METRICS_H_
 
 #include <cstdint>
 #include <string>
@@ -129,4 +129,4 @@ std::string HtaMetricsJson(const std::vector<HtaRankMetrics>& ranks, const HtaOp
 
 }  // namespace shardscope::traces
 
-#endif  // SHARDSCOPE_TRACES_HTA_METRICS_H_
+#endif  // SHARDSCOPE_ANALYSIS_HTA_METRICS_H_
