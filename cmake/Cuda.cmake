@@ -4,7 +4,7 @@
 # With a toolkit, the CUDA language is enabled for runtime/'s one small .cu file (proxy
 # kernels), compiled for sm_80 (A100) and sm_90 (H100/H200) only: nvcc is slow and CI has two
 # cores. Everything else of the CUDA backend is C++ against the runtime, cuBLASLt and NCCL
-# headers. traces/ and sim/ never see CUDA.
+# headers. base/, traces/, sim/ and analysis/ never see CUDA.
 set(SHARDSCOPE_HAVE_CUDA OFF)
 if(NOT SHARDSCOPE_CUDA MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "SHARDSCOPE_CUDA must be AUTO, ON or OFF, got '${SHARDSCOPE_CUDA}'")
