@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <zlib.h>
+#include "shardscope/base/gzip_stream.h"
 
 #include <algorithm>
 #include <fstream>
@@ -322,20 +322,8 @@ TEST(ImportPytorch, CollectivesWithoutSeqAreNumberedByOrderPerProcessGroup) {
   EXPECT_EQ(by_start.at(8000), (std::pair<std::string, int64_t>{"0", 3}));
 }
 
-// zlib's gzip wrapper around `text` (what `gzip` writes).
-std::string Gzip(const std::string& text) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, static_cast<uLong>(text.size())) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+// `text` as a gzip file (`gzip -9`).
+std::string Gzip(const std::string& text) { return trace_internal::GzipCompress(text, Z_BEST_SPEED).value(); }
 
 TEST(ImportPytorch, GzipCompressedFileImportsLikeThePlainOne) {
   const std::string gz = TempPath("rank1.pt.trace.json.gz");

@@ -93,4 +93,22 @@ GzipInputBuffer::int_type GzipInputBuffer::underflow() {
   return traits_type::eof();
 }
 
+StatusOr<std::string> GzipCompress(std::string_view text, int level) {
+  z_stream z{};
+  // windowBits 15 + 16: the gzip wrapper (zlib.h, deflateInit2).
+  if (deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return Status::Internal("gzip: deflateInit2 failed");
+  }
+  std::string out(deflateBound(&z, static_cast<uLong>(text.size())) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) return Status::Internal(fmt::format("gzip: deflate returned {}", rc));
+  return out;
+}
+
 }  // namespace shardscope::traces::trace_internal

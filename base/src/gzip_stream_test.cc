@@ -19,19 +19,8 @@ using ::testing::HasSubstr;
 // 64 GiB); base/ does not see traces/, and any limit far above the test data will do.
 constexpr int64_t kMaxDecompressedTraceBytes = int64_t{64} << 30;
 
-std::string Gzip(const std::string& text) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, static_cast<uLong>(text.size())) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+// `text` as a gzip file (`gzip -9`).
+std::string Gzip(const std::string& text) { return GzipCompress(text).value(); }
 
 // Everything the buffer gives, and its error.
 std::pair<std::string, std::optional<std::string>> Inflate(const std::string& compressed, int64_t limit) {

@@ -1,6 +1,6 @@
 // The gzip path of the Chrome-trace reader (ParseChromeTraceBytes over GzipInputBuffer):
 // errors in the decompressed text name the source and the position in that text.
-#include <zlib.h>
+#include "shardscope/base/gzip_stream.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,19 +14,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Gzip(const std::string& text) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, static_cast<uLong>(text.size())) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+// `text` as a gzip file (`gzip -9`).
+std::string Gzip(const std::string& text) { return trace_internal::GzipCompress(text).value(); }
 
 TEST(GzipStreamTest, ParsedTraceErrorsNameTheSource) {
   const StatusOr<Timeline> ok = ParseChromeTraceBytes(Gzip(R"({"traceEvents": [

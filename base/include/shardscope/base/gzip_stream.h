@@ -28,11 +28,17 @@
 #include <string_view>
 #include <vector>
 
+#include "shardscope/base/status.h"
+
 namespace shardscope::traces::trace_internal {
 
 // True when `head` starts with the gzip member header's magic (RFC 1952, section 2.3.1:
 // ID1 = 0x1f, ID2 = 0x8b). Detection is by content, never by file name.
 bool IsGzip(std::string_view head);
+
+// One gzip member holding `text` (zlib's deflate with the gzip wrapper, at zlib's `level`:
+// Z_BEST_COMPRESSION is what `gzip -9` writes). zlib fails here only when it cannot allocate.
+StatusOr<std::string> GzipCompress(std::string_view text, int level = Z_BEST_COMPRESSION);
 
 class GzipInputBuffer final : public std::streambuf {
  public:
