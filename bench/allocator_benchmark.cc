@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "shardscope/sim/caching_allocator.h"
+#include "shardscope/sim/models/caching_allocator.h"
 
 namespace shardscope::sim {
 namespace {

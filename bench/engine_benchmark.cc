@@ -10,10 +10,10 @@
 #include <array>
 #include <chrono>
 
-#include "shardscope/sim/engine.h"
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 
 namespace shardscope::sim {
 namespace {

@@ -15,10 +15,10 @@
 
 #include "commands.h"
 #include "inputs.h"
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/fault_sweep.h"
-#include "shardscope/sim/hang.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/hangs/fault_sweep.h"
+#include "shardscope/sim/hangs/hang.h"
+#include "shardscope/sim/report/report.h"
 
 namespace shardscope::cli {
 

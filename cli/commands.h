@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "shardscope/sim/engine.h"
+#include "shardscope/sim/engine/engine.h"
 #include "shardscope/base/status.h"
 
 namespace shardscope::cli {

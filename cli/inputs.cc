@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/plan.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
 #include "shardscope/traces/schedule_json.h"
 
 namespace shardscope::cli {

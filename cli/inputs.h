@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 

@@ -16,14 +16,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "shardscope/sim/alloc_trace.h"
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/hang.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/memory/alloc_trace.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/hangs/hang.h"
+#include "shardscope/sim/report/report.h"
 #include "commands.h"
 #include "inputs.h"
-#include "shardscope/sim/version.h"
+#include "shardscope/sim/report/version.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/base/file_io.h"
 #include "shardscope/traces/listing.h"

@@ -21,10 +21,10 @@
 
 #include "commands.h"
 #include "inputs.h"
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/memory_report.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/memory/memory_report.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 #include "shardscope/traces/schedule_json.h"
 
 namespace shardscope::cli {

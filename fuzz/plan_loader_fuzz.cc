@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "shardscope/sim/plan.h"
+#include "shardscope/sim/plan/plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

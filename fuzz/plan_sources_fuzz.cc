@@ -1,4 +1,4 @@
-// libFuzzer target for the framework config readers a plan may name (sim/src/plan_sources.h):
+// libFuzzer target for the framework config readers a plan may name (sim/plan/src/plan_sources.h):
 // the Hugging Face config.json, DeepSpeed JSON and torchtitan TOML readers must turn any bytes
 // into settings or a Status, never crash, hang or throw. The first byte picks the reader
 // (byte % 3: 0 Hugging Face, 1 DeepSpeed, 2 torchtitan); the rest is the file.

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 
 namespace shardscope {
 namespace {

@@ -6,10 +6,10 @@
 #include <iostream>
 #include <map>
 
-#include "shardscope/sim/hang.h"
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/hangs/hang.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/traces/schedule_json.h"
 

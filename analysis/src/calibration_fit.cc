@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/report/report.h"
 
 namespace shardscope::sim {
 namespace {

@@ -20,8 +20,8 @@
 #include <string>
 
 #include "lowering_test_support.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 
 namespace shardscope::sim {
 namespace {

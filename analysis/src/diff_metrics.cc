@@ -83,7 +83,7 @@ int64_t Length(const std::vector<std::pair<int64_t, int64_t>>& merged) {
 //   communication kernels: hta/utils/utils.py is_comm_kernel), by collective type;
 // - gpu_memcpy / gpu_memset (HTA's memory kernels: Memcpy / Memset) -> memcpy;
 // - other device slices: attention when the name says flash / fmha / attention / sdpa /
-//   attn.core (our lowering's attention kernels, sim/src/model.cc); GEMM when it says gemm /
+//   attn.core (our lowering's attention kernels, sim/presets/src/model.cc); GEMM when it says gemm /
 //   cutlass / cublas / xmma / nvjet / matmul / _proj / dense / linear / .wgrad / .dgrad, or
 //   its "flops" / "bytes" args give >= kGemmMinFlopsPerByte; otherwise memory-bound;
 // - host slices: cudaMalloc* / cudaFree* / allocator retries ("alloc_retry", names holding

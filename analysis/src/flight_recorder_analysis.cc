@@ -40,6 +40,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "shardscope/base/rank_ranges.h"
 #include "shardscope/analysis/flight_recorder_analysis.h"
 
 namespace shardscope::traces {
@@ -51,24 +52,9 @@ bool IsDigits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// "0-2,4-7" (as sim's CompressRanks).
-std::string Compress(std::vector<int32_t> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string RanksPhrase(const std::vector<int32_t>& ranks) {
   std::set<int32_t> unique(ranks.begin(), ranks.end());
-  return fmt::format("{} {}", unique.size() == 1 ? "rank" : "ranks", Compress(ranks));
+  return fmt::format("{} {}", unique.size() == 1 ? "rank" : "ranks", CompressRanks(ranks));
 }
 
 std::string RanksVerb(const std::vector<int32_t>& ranks, std::string_view one, std::string_view many) {
@@ -433,7 +419,7 @@ class GroupAnalyzer {
     if (!kind.empty()) {
       FrMismatch mm;
       mm.kind = kind;
-      // The smaller side is the odd one out (sim/src/hang.cc groups arrivals the same way).
+      // The smaller side is the odd one out (sim/hangs/src/hang.cc groups arrivals the same way).
       const bool ref_side_odd = same.size() < differ.size();
       mm.ranks = ref_side_odd ? same : differ;
       const std::vector<int32_t>& odd = mm.ranks;
@@ -645,7 +631,7 @@ FlightRecorderAnalysis AnalyzeFlightRecorder(const std::vector<FlightRecorderDum
 
 std::string FlightRecorderText(const FlightRecorderAnalysis& analysis) {
   std::string out = fmt::format("flight-recorder: {} dump(s) (ranks {}), version {}, {} process group(s) with entries\n",
-                                analysis.dumped_ranks.size(), Compress(analysis.dumped_ranks),
+                                analysis.dumped_ranks.size(), CompressRanks(analysis.dumped_ranks),
                                 analysis.version.empty() ? "unknown" : analysis.version, analysis.groups);
   if (analysis.hangs.empty()) {
     out += "no hang found: at every sequence number each process group's ranks agree and none is missing\n";
@@ -666,13 +652,13 @@ std::string FlightRecorderText(const FlightRecorderAnalysis& analysis) {
     const FrHang& h = analysis.hangs[i];
     out += fmt::format("HANG {}: {}\n", i + 1, h.description);
     out += fmt::format("  process group {}{}, ranks {}, {} {}\n", h.pg_name,
-                       h.pg_desc.empty() ? "" : fmt::format(" ({})", h.pg_desc), Compress(h.group_ranks),
+                       h.pg_desc.empty() ? "" : fmt::format(" ({})", h.pg_desc), CompressRanks(h.group_ranks),
                        h.p2p ? "p2p_seq_id" : "collective_seq_id", h.seq);
     out += fmt::format("  {} {} -> {} {}\n", h.collective, FrSizesText(h.input_sizes), FrSizesText(h.output_sizes),
                        h.dtype);
-    out += fmt::format("  missing ranks: {}\n", h.missing_ranks.empty() ? "none" : Compress(h.missing_ranks));
-    if (!h.no_dump_ranks.empty()) out += fmt::format("  no dump: {}\n", Compress(h.no_dump_ranks));
-    if (h.mismatch) out += fmt::format("  mismatch: {} (ranks {})\n", h.mismatch->kind, Compress(h.mismatch->ranks));
+    out += fmt::format("  missing ranks: {}\n", h.missing_ranks.empty() ? "none" : CompressRanks(h.missing_ranks));
+    if (!h.no_dump_ranks.empty()) out += fmt::format("  no dump: {}\n", CompressRanks(h.no_dump_ranks));
+    if (h.mismatch) out += fmt::format("  mismatch: {} (ranks {})\n", h.mismatch->kind, CompressRanks(h.mismatch->ranks));
     for (const FrRankState& st : h.rank_states) {
       std::string line = fmt::format("    rank {}: ", st.rank);
       switch (st.status) {
@@ -708,7 +694,7 @@ std::string FlightRecorderText(const FlightRecorderAnalysis& analysis) {
 std::string FlightRecorderJsonReport(const FlightRecorderAnalysis& analysis) {
   nlohmann::ordered_json j;
   j["dumps"] = analysis.dumped_ranks.size();
-  j["ranks"] = Compress(analysis.dumped_ranks);
+  j["ranks"] = CompressRanks(analysis.dumped_ranks);
   j["version"] = analysis.version;
   j["process_groups"] = analysis.groups;
   nlohmann::ordered_json hangs = nlohmann::ordered_json::array();

@@ -34,7 +34,7 @@ struct OpEntry {
 };
 
 // Op id -> op and, for collectives, the per-step sequence position the simulator's engine
-// gives them (sim/src/engine.cc: Rendezvous::seq per communicator; P2pPending::seq per
+// gives them (sim/engine/src/engine.cc: Rendezvous::seq per communicator; P2pPending::seq per
 // (communicator, sender, receiver)).
 std::unordered_map<int64_t, OpEntry> IndexProgram(const traces::Schedule& schedule, int32_t rank) {
   const traces::Program& program = schedule.ProgramOf(rank);

@@ -16,7 +16,7 @@ code=$?
 grep -Eq "^OOM rank 0 @ forward mb 0 embed \(op [0-9]+\) +hang +watchdog [0-9.]+ s +- +rank 1 waits in all_gather #1 on 'dp_shard' for rank 0$" <<<"$out" ||
   fail "check tiny: no hang row for the first forward boundary: $out"
 grep -Eq "^straggler rank 0 x2 +ok +[0-9.]+ ms +\+[0-9.]+ ms$" <<<"$out" || fail "check tiny: no straggler row: $out"
-# One rank without backward prefetch reorders the fifth collective on 'dp_shard' (sim/src/
+# One rank without backward prefetch reorders the fifth collective on 'dp_shard' (sim/plan/src/
 # divergence_test.cc derives #5); longer sequences and 1 GiB held elsewhere are safe.
 grep -Eq "^rank 0 runs fsdp2.backward_prefetch 0 +hang +watchdog [0-9.]+ s +- +rank 0 is in reduce_scatter #5 on 'dp_shard' .* while rank 1 is in all_gather #5 on 'dp_shard'" <<<"$out" ||
   fail "check tiny: no prefetch divergence row: $out"

@@ -201,7 +201,7 @@ else
 fi
 
 # ---- (e) a plan-level divergence: rank 1 runs FSDP2 without backward prefetch. The simulator
-# predicts a collective type mismatch at dp_shard #5 (sim/src/divergence_test.cc derives it);
+# predicts a collective type mismatch at dp_shard #5 (sim/plan/src/divergence_test.cc derives it);
 # on the host backend the two ranks enter MPI collectives of different kinds at that sequence
 # number, no op completes, and the watchdog's dumps name the same collective on each rank.
 cp examples/tiny-fsdp2-2gpu.yaml "$work/divergent.yaml"

@@ -41,8 +41,8 @@
 #include "flight_recorder.h"
 #include "host_timeline.h"
 #include "shardscope/runtime/execution_plan.h"
-#include "shardscope/sim/caching_allocator.h"
-#include "shardscope/sim/version.h"
+#include "shardscope/sim/models/caching_allocator.h"
+#include "shardscope/sim/report/version.h"
 #include "shardscope/base/file_io.h"
 
 namespace shardscope::runtime {

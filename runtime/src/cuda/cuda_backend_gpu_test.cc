@@ -15,10 +15,10 @@
 #include "cuda/cuda_internal.h"
 #include "shardscope/runtime/cuda_backend.h"
 #include "shardscope/runtime/host_backend.h"
-#include "shardscope/sim/engine.h"
-#include "shardscope/sim/lowering.h"
-#include "shardscope/sim/plan.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
 
 namespace shardscope::runtime {
 namespace {

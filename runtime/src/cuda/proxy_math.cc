@@ -23,7 +23,7 @@ constexpr int64_t kTensorCoreAlign16Bit = 8;
 constexpr int64_t kFp8Align = 16;
 // The caching allocator's rounding (c10/cuda/CUDACachingAllocator.cpp kMinBlockSize).
 constexpr int64_t kOperandRounding = 512;
-// A causal mask computes about half of the scores (sim/src/compute_model.cc kCausalFraction).
+// A causal mask computes about half of the scores (sim/models/src/compute_model.cc kCausalFraction).
 constexpr int64_t kCausalDivisor = 2;
 // FlashAttention-2 backward: 5 matmuls, 2 of S's shape and 3 of O's (see the header).
 constexpr int32_t kBackwardQkGemms = 2;

@@ -96,7 +96,7 @@ struct ComputeCapability {
 LtProblem GemmProblem(const traces::GemmDesc& gemm, ComputeCapability cc);
 
 // Attention as the batched GEMMs of FlashAttention's accounting (the simulator's FLOPs,
-// sim/src/compute_model.cc): S = Q K^T (m = seq_q, n = seq_kv, k = head_dim) and O = P V
+// sim/models/src/compute_model.cc): S = Q K^T (m = seq_q, n = seq_kv, k = head_dim) and O = P V
 // (m = seq_q, n = head_dim, k = seq_kv), heads x batch as the batch count. A causal mask
 // halves the score work (about half of S is computed): the proxy halves seq_kv in both GEMMs
 // (n of QK^T, k of PV), the same FLOPs as the model, rounded down to a multiple of 8 (tensor

@@ -1,5 +1,5 @@
 // Calibration: fitting the cost models to a measured run (the profile, its YAML form and the
-// provider that simulates with it are in shardscope/sim/calibration.h).
+// provider that simulates with it are in shardscope/sim/models/calibration.h).
 //
 //   SHARDSCOPE_ASSIGN_OR_RETURN(CalibrationFit fit, FitCalibration(schedule, cluster, {&measured}));
 //   SHARDSCOPE_RETURN_IF_ERROR(WriteCalibrationProfile(fit.profile, "profile.yaml"));
@@ -49,8 +49,8 @@
 #include <vector>
 
 #include "shardscope/base/status.h"
-#include "shardscope/sim/calibration.h"
-#include "shardscope/sim/hardware.h"
+#include "shardscope/sim/models/calibration.h"
+#include "shardscope/sim/presets/hardware.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/traces/timeline.h"
 

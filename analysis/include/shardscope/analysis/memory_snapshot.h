@@ -29,8 +29,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardscope/sim/alloc_trace.h"
-#include "shardscope/sim/caching_allocator.h"
+#include "shardscope/sim/memory/alloc_trace.h"
+#include "shardscope/sim/models/caching_allocator.h"
 #include "shardscope/base/pickle.h"
 #include "shardscope/base/status.h"
 

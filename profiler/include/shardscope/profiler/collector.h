@@ -1,7 +1,7 @@
 // ActivityCollector: activity records of one rank -> the measured timeline, on the tracks of
 // the predicted one.
 //
-// Tracks are sim's TraceRecorder's (sim/src/simulation.cc): pid = rank ("rank N"), tid 0 =
+// Tracks are sim's TraceRecorder's (sim/report/src/report.cc): pid = rank ("rank N"), tid 0 =
 // the host thread that issues the schedule's ops, tid 1 + s = schedule stream s ("stream s
 // <name>"). CUPTI stream ids are mapped to schedule streams by CollectorOptions::stream_map
 // (the runtime created the streams and knows the pairs). What has no place there still gets

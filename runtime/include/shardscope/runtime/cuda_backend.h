@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "shardscope/runtime/host_backend.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/report/report.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 

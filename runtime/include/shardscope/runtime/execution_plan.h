@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "shardscope/sim/engine.h"
+#include "shardscope/sim/engine/engine.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 

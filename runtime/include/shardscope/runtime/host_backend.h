@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "shardscope/runtime/op_hooks.h"
-#include "shardscope/sim/engine.h"
-#include "shardscope/sim/simulation.h"
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/report/report.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 

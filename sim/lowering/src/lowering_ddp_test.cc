@@ -1,0 +1,142 @@
+// DDP lowering: no_sync under gradient accumulation (one all-reduce pass per step instead of
+// one per micro-batch) and gradient clipping without a collective (replicated gradients).
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include <string>
+#include <variant>
+
+#include "lowering_test_support.h"
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/presets/model.h"
+#include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/report/report.h"
+#include "shardscope/traces/schedule.h"
+
+namespace shardscope::sim {
+namespace {
+
+using traces::CollectiveOp;
+using traces::CollectiveType;
+using traces::Schedule;
+
+constexpr int32_t kAccum = 4;
+
+Plan DdpPlan(bool no_sync) {
+  const std::string yaml =
+      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}\n"
+      "cluster: {preset: dgx-a100, nodes: 1}\n"
+      "strategy: ddp\n"
+      "training: {seq_len: 128, micro_batch_size: 1, grad_accum_steps: " +
+      std::to_string(kAccum) + ", dtype: bf16}\n";
+  StatusOr<Plan> plan = ParsePlan(yaml, "<test>");
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  Plan out = *plan;
+  out.ddp.no_sync = no_sync;
+  return out;
+}
+
+int64_t Psi(const Plan& plan) {
+  int64_t total = 0;
+  for (const ModuleKernels& m :
+       DecomposeModel(plan.model, WorkloadOf(plan))) {
+    total += m.param_numel();
+  }
+  return total;
+}
+
+using test_support::MustLower;
+
+void MustSimulate(const Schedule& schedule) {
+  const std::optional<SimulationResult> result = test_support::RunSimulation(schedule);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(test_support::Completed(*result));
+}
+
+// (bytes, count) of rank 0's collectives named `name`, per micro-batch tag when given.
+std::pair<int64_t, int64_t> Collectives(const Schedule& schedule, const std::string& name, int32_t micro_batch = -2) {
+  const traces::Program& program = schedule.ProgramOf(0);
+  int64_t bytes = 0, count = 0;
+  for (const traces::Op& op : program.ops) {
+    const auto* c = std::get_if<CollectiveOp>(&op.payload);
+    if (c == nullptr || program.NameOf(op.name) != name) continue;
+    if (micro_batch != -2 && op.tags.micro_batch != micro_batch) continue;
+    bytes += c->bytes;
+    ++count;
+  }
+  return {bytes, count};
+}
+
+int64_t CountOps(const Schedule& schedule, const std::string& name) {
+  const traces::Program& program = schedule.ProgramOf(0);
+  int64_t n = 0;
+  for (const traces::Op& op : program.ops) n += program.NameOf(op.name) == name ? 1 : 0;
+  return n;
+}
+
+TEST(DdpLowering, NoSyncAllReducesOncePerStep) {
+  const Plan plan = DdpPlan(/*no_sync=*/true);
+  const Schedule schedule = MustLower(plan);
+  // fp32 gradients (autocast keeps fp32 parameters): Ψ x 4 bytes, all in the last micro-batch.
+  EXPECT_EQ(Collectives(schedule, "DDP::all_reduce").first, Psi(plan) * 4);
+  EXPECT_EQ(Collectives(schedule, "DDP::all_reduce", kAccum - 1).first, Psi(plan) * 4);
+  for (int32_t mb = 0; mb + 1 < kAccum; ++mb) {
+    EXPECT_EQ(Collectives(schedule, "DDP::all_reduce", mb).second, 0) << mb;
+  }
+  // Nothing copied into or out of buckets while gradients only accumulate.
+  const Schedule synced = MustLower(DdpPlan(false));
+  EXPECT_EQ(CountOps(schedule, "DDP::copy_grad_to_bucket") * kAccum, CountOps(synced, "DDP::copy_grad_to_bucket"));
+  MustSimulate(schedule);
+}
+
+TEST(DdpLowering, WithoutNoSyncEveryMicroBatchAllReduces) {
+  const Plan plan = DdpPlan(/*no_sync=*/false);
+  const Schedule schedule = MustLower(plan);
+  EXPECT_EQ(Collectives(schedule, "DDP::all_reduce").first, kAccum * Psi(plan) * 4);
+  for (int32_t mb = 0; mb < kAccum; ++mb) {
+    EXPECT_EQ(Collectives(schedule, "DDP::all_reduce", mb).first, Psi(plan) * 4) << mb;
+  }
+  MustSimulate(schedule);
+}
+
+// training.precision pure_bf16: the model itself is bf16, so autocast casts nothing and the
+// gradients all-reduced are bf16 (2 bytes per parameter).
+TEST(DdpLowering, PureBf16AllReducesBf16GradientsAndCastsNothing) {
+  Plan plan = DdpPlan(/*no_sync=*/false);
+  plan.training.precision = Precision::kPureBf16;
+  const Schedule schedule = MustLower(plan);
+  EXPECT_EQ(Collectives(schedule, "DDP::all_reduce").first, kAccum * Psi(plan) * 2);
+  EXPECT_EQ(CountOps(schedule, "autocast::to_copy"), 0);
+  EXPECT_EQ(CountOps(schedule, "autocast::to_copy_backward"), 0);
+  const traces::Program& program = schedule.ProgramOf(0);
+  for (const traces::Op& op : program.ops) {
+    const auto* a = std::get_if<traces::AllocateOp>(&op.payload);
+    if (a == nullptr) continue;
+    const std::string& tensor = program.tensors[static_cast<size_t>(a->tensor)];
+    if (tensor == "params" || tensor == "exp_avg" || tensor == "exp_avg_sq") {
+      EXPECT_EQ(a->bytes, Psi(plan) * 2) << tensor;
+    }
+  }
+  MustSimulate(schedule);
+}
+
+TEST(DdpLowering, ClipsReplicatedGradientsWithoutACollective) {
+  const Schedule schedule = MustLower(DdpPlan(false));
+  EXPECT_EQ(CountOps(schedule, "clip_grad_norm.foreach_norm"), 1);
+  EXPECT_EQ(CountOps(schedule, "clip_grad_norm.foreach_mul"), 1);
+  EXPECT_EQ(CountOps(schedule, "clip_grad_norm.all_reduce"), 0);
+  // The clip comes before the optimizer.
+  const traces::Program& program = schedule.ProgramOf(0);
+  int64_t clip = -1, adam = -1;
+  for (const traces::Op& op : program.ops) {
+    if (clip < 0 && program.NameOf(op.name) == "clip_grad_norm.foreach_mul") clip = op.id;
+    if (adam < 0 && program.NameOf(op.name) == "optimizer.adamw") adam = op.id;
+  }
+  EXPECT_GE(clip, 0);
+  EXPECT_LT(clip, adam);
+}
+
+}  // namespace
+}  // namespace shardscope::sim

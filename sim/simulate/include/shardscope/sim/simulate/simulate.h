@@ -1,0 +1,36 @@
+// One simulation of a schedule, set up from its metadata (lowering/schedule_metadata.h): the
+// cost provider (calibrated when the setup names a profile), the device memory each rank's
+// allocator may use, and the engine's configuration. Every command that simulates (simulate,
+// check, fit, memory, calibrate) builds its run here.
+#ifndef SHARDSCOPE_SIM_SIMULATE_SIMULATE_H_
+#define SHARDSCOPE_SIM_SIMULATE_SIMULATE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "shardscope/base/status.h"
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/lowering/schedule_metadata.h"
+#include "shardscope/sim/models/calibration.h"
+#include "shardscope/sim/models/cost_provider.h"
+#include "shardscope/traces/schedule.h"
+
+namespace shardscope::sim {
+
+// The cost provider a simulation of `schedule` uses: the calibrated one when the setup has a
+// profile (InvalidInput when it was measured on another GPU), else ClusterCostProvider.
+StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const traces::Schedule& schedule,
+                                                         const SimulationSetup& setup);
+
+// Device memory each rank's allocator may use: GPU memory - CUDA context and NCCL buffers -
+// memory reserved by other processes on that GPU.
+int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
+
+EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size);
+
+// A profile's launch cost and contention factors, where fitted, into an engine configuration.
+void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config);
+
+}  // namespace shardscope::sim
+
+#endif  // SHARDSCOPE_SIM_SIMULATE_SIMULATE_H_

@@ -1,0 +1,51 @@
+// The cost provider, allocator capacity and engine configuration of one simulation.
+#include "shardscope/sim/simulate/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace shardscope::sim {
+
+using traces::Schedule;
+
+
+int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank) {
+  auto it = setup.memory.reserved_by_others_per_rank.find(rank);
+  const int64_t others = it != setup.memory.reserved_by_others_per_rank.end() ? it->second
+                                                                                : setup.memory.reserved_by_others_bytes;
+  return std::max<int64_t>(0, setup.cluster.gpu.hbm_bytes - setup.cluster.gpu.cuda_context_bytes - others);
+}
+
+EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
+  EngineConfig config;
+  config.memory.enabled = true;
+  config.memory.allocator = setup.memory.allocator;
+  config.memory.device_alloc_ns = setup.host.cuda_malloc_ns;
+  config.memory.device_free_ns = setup.host.cuda_free_ns;
+  config.memory.record_history = true;
+  // One entry when every rank has the same capacity, else one per rank.
+  config.memory.capacity_bytes.push_back(AllocatorCapacity(setup, 0));
+  if (!setup.memory.reserved_by_others_per_rank.empty()) {
+    for (int32_t rank = 1; rank < world_size; ++rank) config.memory.capacity_bytes.push_back(AllocatorCapacity(setup, rank));
+  }
+  config.launch_overhead_ns = setup.host.launch_overhead_ns;
+  config.max_queued_per_stream = setup.host.max_queued_launches_per_stream;
+  config.compute_slowdown = setup.contention.compute_slowdown;
+  config.comm_slowdown = setup.contention.comm_slowdown;
+  config.oom_catch_and_sync = setup.oom.policy == OomPolicy::kCatchAndSync;
+  config.rank_slowdown = setup.rank_slowdown;
+  return config;
+}
+
+StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const Schedule& schedule, const SimulationSetup& setup) {
+  if (setup.calibration) return MakeCalibratedCostProvider(schedule, setup.cluster, *setup.calibration);
+  return std::unique_ptr<CostProvider>(std::make_unique<ClusterCostProvider>(schedule, setup.cluster));
+}
+
+void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config) {
+  if (profile.launch_overhead_ns) config.launch_overhead_ns = std::llround(profile.launch_overhead_ns->value);
+  if (profile.compute_slowdown) config.compute_slowdown = profile.compute_slowdown->value;
+  if (profile.comm_slowdown) config.comm_slowdown = profile.comm_slowdown->value;
+}
+
+}  // namespace shardscope::sim

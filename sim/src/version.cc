@@ -1,6 +1,0 @@
-// The version string printed by `shardscope --version` and written into reports.
-#include "shardscope/sim/version.h"
-
-namespace shardscope::sim {
-std::string_view Version() { return "0.1.0"; }
-}  // namespace shardscope::sim

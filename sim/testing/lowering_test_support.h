@@ -1,0 +1,51 @@
+// What the lowering tests share: lower-and-validate, and simulate-with-the-plan's-setup.
+// Test-only (included by sim/*/src/*_test.cc and analysis tests); inline so it stays out of the library.
+#ifndef SHARDSCOPE_SIM_LOWERING_TEST_SUPPORT_H_
+#define SHARDSCOPE_SIM_LOWERING_TEST_SUPPORT_H_
+
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/report/report.h"
+#include "shardscope/traces/schedule.h"
+
+namespace shardscope::sim::test_support {
+
+// LowerPlan + ValidateSchedule; a failure fails the test and gives an empty schedule.
+inline traces::Schedule MustLower(const Plan& plan) {
+  StatusOr<traces::Schedule> schedule = LowerPlan(plan);
+  EXPECT_TRUE(schedule.ok()) << schedule.status().message();
+  if (!schedule.ok()) return {};
+  const Status valid = traces::ValidateSchedule(*schedule);
+  EXPECT_TRUE(valid.ok()) << valid.message();
+  return *schedule;
+}
+
+// Simulates with the setup the schedule's metadata describes; a failure to run (not a hang:
+// that is a result) fails the test and gives nullopt.
+inline std::optional<SimulationResult> RunSimulation(const traces::Schedule& schedule) {
+  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
+  EXPECT_TRUE(setup.ok()) << setup.status().message();
+  if (!setup.ok()) return std::nullopt;
+  ClusterCostProvider costs(schedule, setup->cluster);
+  StatusOr<SimulationResult> result = Simulate(schedule, costs, EngineConfigFor(*setup, schedule.world_size()), nullptr);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  if (!result.ok()) return std::nullopt;
+  return std::move(result).value();
+}
+
+// Every rank finished: no hang, no rank out of memory.
+inline bool Completed(const SimulationResult& result) {
+  if (result.hung) return false;
+  for (const RankStats& rank : result.ranks) {
+    if (!rank.finished || rank.memory.oom.has_value()) return false;
+  }
+  return true;
+}
+
+}  // namespace shardscope::sim::test_support
+
+#endif  // SHARDSCOPE_SIM_LOWERING_TEST_SUPPORT_H_
