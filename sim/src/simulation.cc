@@ -17,6 +17,8 @@
 
 #include "schedule_metadata.h"
 #include "shardscope/sim/hang.h"
+#include "shardscope/traces/collective_counts.h"
+#include "shardscope/traces/report_header.h"
 #include "shardscope/sim/mfu_conventions.h"
 #include "shardscope/sim/version.h"
 #include "shardscope/base/pickle.h"
@@ -511,21 +513,9 @@ void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
     info.seq = run.seq;
     info.rank = span.rank;
     // PyTorch reports element counts of this rank's input and output buffers.
-    const int64_t elements = coll->bytes / traces::DTypeSize(coll->dtype);
-    const int64_t group = std::max<int64_t>(1, info.group_size);
-    switch (coll->type) {
-      case traces::CollectiveType::kAllGather:
-        info.in_nelems = elements / group;
-        info.out_nelems = elements;
-        break;
-      case traces::CollectiveType::kReduceScatter:
-        info.in_nelems = elements;
-        info.out_nelems = elements / group;
-        break;
-      default:
-        info.in_nelems = elements;
-        info.out_nelems = elements;
-    }
+    const traces::CollectiveCounts counts = traces::CountsOf(*coll, info.group_size);
+    info.in_nelems = counts.in_elements;
+    info.out_nelems = counts.out_elements;
     slice.collective = info;
     slice.args.push_back({"algorithm", std::string(NcclAlgorithmName(run.cost.algorithm))});
     slice.args.push_back({"protocol", std::string(NcclProtocolName(run.cost.protocol))});
@@ -667,15 +657,10 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                        const DivergenceCost* divergence) {
   const Figures f = ComputeFigures(schedule, setup, result);
   nlohmann::ordered_json j;
-  j["shardscope_version"] = std::string(Version());
-  j["source"] = setup.label;
-  j["strategy"] = schedule.metadata.count("plan.strategy") ? schedule.metadata.at("plan.strategy") : "";
-  j["model"] = schedule.metadata.count("plan.model") ? schedule.metadata.at("plan.model") : "";
-  j["world_size"] = schedule.world_size();
-  j["cluster"] = {{"name", setup.cluster.name},
-                  {"gpu", setup.cluster.gpu.name},
-                  {"nodes", setup.cluster.nodes},
-                  {"gpus_per_node", setup.cluster.gpus_per_node}};
+  traces::WriteReportHeader(traces::ReportHeaderOf(schedule, std::string(Version()), setup.label,
+                                                    {setup.cluster.name, setup.cluster.gpu.name, setup.cluster.nodes,
+                                                     setup.cluster.gpus_per_node}),
+                            j);
   // null: the default cost models; else the profile `shardscope calibrate` fitted, and how
   // many of its buckets can replace a default (the others fall back to the models).
   j["calibration"] = nullptr;
