@@ -13,14 +13,12 @@
 #include <vector>
 
 #include "host_timeline.h"
+#include "mpi_status.h"
 #include "run_result.h"
 #include "shardscope/base/status.h"
 #include "watchdog.h"
 
 namespace shardscope::runtime {
-
-// "CALL failed: <MPI_Error_string>" unless rc is MPI_SUCCESS.
-Status MpiStatus(int rc, std::string_view call);
 
 // A communicator for one purpose: MPI_Comm_dup(MPI_COMM_WORLD) on Init, freed on destruction.
 class MpiWorldDup {

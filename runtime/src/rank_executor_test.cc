@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "plan_test_util.h"
 #include "watchdog.h"
 
 namespace shardscope::runtime {
@@ -30,29 +31,10 @@ namespace {
 using traces::CollectiveType;
 using traces::DType;
 
-class ZeroCosts : public sim::CostProvider {
- public:
-  int64_t KernelNs(const traces::ComputeDesc&) const override { return 5; }
-  int64_t MemcpyNs(traces::MemcpyKind, int64_t) const override { return 5; }
-  sim::CollectiveCost Collective(CollectiveType, int64_t, int32_t) const override { return {}; }
-};
+using test_util::FakeCosts;
+using test_util::MakeOp;
 
-traces::Op MakeOp(int64_t id, traces::OpPayload payload) {
-  traces::Op op;
-  op.id = id;
-  op.payload = std::move(payload);
-  return op;
-}
-
-traces::CollectiveOp Coll(CollectiveType type, int64_t bytes) {
-  traces::CollectiveOp c;
-  c.type = type;
-  c.comm = 0;
-  c.stream = 1;
-  c.bytes = bytes;
-  c.dtype = DType::kBFloat16;
-  return c;
-}
+traces::CollectiveOp Coll(CollectiveType type, int64_t bytes) { return test_util::Coll(type, 0, bytes, DType::kBFloat16); }
 
 // One rank: allocate, all_gather on the comm stream, record an event there, make the compute
 // stream wait for it, a GEMM, a reduce_scatter, free, device synchronize.
@@ -157,7 +139,7 @@ class FakeDevice final : public Device {
 struct Harness {
   traces::Schedule schedule = TinySchedule();
   sim::SimulationSetup setup;
-  ZeroCosts costs;
+  FakeCosts costs;
   ExecutionPlan plan;
   RunOptions options;
   FakeDevice device;

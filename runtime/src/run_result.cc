@@ -131,21 +131,15 @@ std::string RunReportJson(const traces::Schedule& schedule, const sim::Simulatio
                                                     setup.cluster.gpus_per_node}),
                             j);
   bool completed = true;
-  int64_t step = 0, peak_reserved = 0, peak_allocated = 0, retries = 0, ooms = 0;
-  int32_t peak_rank = 0;
+  int64_t step = 0;
+  traces::ReportMemory memory;
   nlohmann::ordered_json per_rank = nlohmann::ordered_json::array();
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankResult& rec = ranks[r];
     const int64_t median = Median(rec.step_times);
     completed = completed && rec.finished;
     step = std::max(step, median);
-    if (rec.peak_reserved > peak_reserved) {
-      peak_reserved = rec.peak_reserved;
-      peak_rank = static_cast<int32_t>(r);
-    }
-    peak_allocated = std::max(peak_allocated, rec.peak_allocated);
-    retries += rec.retries;
-    ooms += rec.num_ooms;
+    memory.AddRank(static_cast<int32_t>(r), rec.peak_reserved, rec.peak_allocated, rec.retries, rec.num_ooms);
     nlohmann::ordered_json rank;
     rank["rank"] = r;
     rank["step_time_ns"] = median;
@@ -175,12 +169,7 @@ std::string RunReportJson(const traces::Schedule& schedule, const sim::Simulatio
   }
   j["completed"] = completed;
   j["step_time_ns"] = step;
-  j["memory"] = {{"peak_reserved_bytes", peak_reserved},
-                 {"peak_reserved_rank", peak_rank},
-                 {"peak_allocated_bytes", peak_allocated},
-                 {"num_alloc_retries", retries},
-                 {"num_ooms", ooms},
-                 {"allocator_conf", setup.memory.alloc_conf}};
+  traces::WriteReportMemory(memory, setup.memory.alloc_conf, j);
   j["hang"] = false;  // a hang aborts the job: its evidence is in flight_recorder/
   j["runtime"] = runtime;
   j["ranks"] = per_rank;

@@ -700,24 +700,13 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
   j["exposed_comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns - f.mean_overlap_ns));
   j["overlap_ratio"] = Ratio(f.mean_overlap_ns, f.mean_comm_ns);
   j["stream_busy_fraction"] = f.stream_busy_fraction;
-  int64_t peak_reserved = 0, peak_allocated = 0, retries = 0, ooms = 0;
-  int32_t peak_rank = 0;
+  traces::ReportMemory memory;
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
     const RankMemory& m = result.ranks[rank].memory;
-    if (m.stats.reserved_bytes_peak > peak_reserved) {
-      peak_reserved = m.stats.reserved_bytes_peak;
-      peak_rank = static_cast<int32_t>(rank);
-    }
-    peak_allocated = std::max(peak_allocated, m.stats.allocated_bytes_peak);
-    retries += m.stats.num_alloc_retries;
-    ooms += m.stats.num_ooms;
+    memory.AddRank(static_cast<int32_t>(rank), m.stats.reserved_bytes_peak, m.stats.allocated_bytes_peak,
+                   m.stats.num_alloc_retries, m.stats.num_ooms);
   }
-  j["memory"] = {{"peak_reserved_bytes", peak_reserved},
-                 {"peak_reserved_rank", peak_rank},
-                 {"peak_allocated_bytes", peak_allocated},
-                 {"num_alloc_retries", retries},
-                 {"num_ooms", ooms},
-                 {"allocator_conf", setup.memory.alloc_conf}};
+  traces::WriteReportMemory(memory, setup.memory.alloc_conf, j);
   // The rank the others waited for most in collectives (null: none caused 1 us in total).
   if (result.straggler) {
     const Straggler& st = *result.straggler;

@@ -25,5 +25,17 @@ TEST(ReportHeaderTest, MissingMetadataIsEmpty) {
   EXPECT_EQ(h.model, "");
 }
 
+TEST(ReportHeaderTest, MemoryTakesTheFirstRankWithTheLargestReservedPeakAndSums) {
+  ReportMemory m;
+  m.AddRank(0, 100, 90, 1, 0);
+  m.AddRank(1, 300, 50, 0, 2);
+  m.AddRank(2, 300, 120, 4, 1);  // ties rank 1's reserved peak: rank 1 stays
+  nlohmann::ordered_json j;
+  WriteReportMemory(m, "expandable_segments:True", j);
+  EXPECT_EQ(j.dump(),
+            R"({"memory":{"peak_reserved_bytes":300,"peak_reserved_rank":1,"peak_allocated_bytes":120,)"
+            R"("num_alloc_retries":5,"num_ooms":3,"allocator_conf":"expandable_segments:True"}})");
+}
+
 }  // namespace
 }  // namespace shardscope::traces

@@ -1,5 +1,5 @@
 // The first keys of every report.json shardscope writes (docs/REPORT.md): `simulate`'s
-// (sim/simulation.cc) and `run`'s on either backend (runtime/src/run_report.cc), written by
+// (sim/simulation.cc) and `run`'s on either backend (runtime/src/run_result.cc), written by
 // one function so the reports stay comparable key for key.
 //
 //   nlohmann::ordered_json j;
@@ -48,6 +48,37 @@ void WriteReportHeader(const ReportHeader& h, Json& j) {
                   {"gpu", h.cluster.gpu},
                   {"nodes", h.cluster.nodes},
                   {"gpus_per_node", h.cluster.gpus_per_node}};
+}
+
+// The "memory" section: over every rank, the largest reserved peak and the first rank with
+// it, the largest allocated peak, and the sums of allocator retries and out-of-memory errors.
+struct ReportMemory {
+  int64_t peak_reserved = 0;
+  int32_t peak_reserved_rank = 0;
+  int64_t peak_allocated = 0;
+  int64_t retries = 0;
+  int64_t ooms = 0;
+  void AddRank(int32_t rank, int64_t reserved_peak, int64_t allocated_peak, int64_t alloc_retries, int64_t num_ooms) {
+    if (reserved_peak > peak_reserved) {
+      peak_reserved = reserved_peak;
+      peak_reserved_rank = rank;
+    }
+    if (allocated_peak > peak_allocated) peak_allocated = allocated_peak;
+    retries += alloc_retries;
+    ooms += num_ooms;
+  }
+};
+
+// j["memory"] = {peak_reserved_bytes, peak_reserved_rank, peak_allocated_bytes,
+// num_alloc_retries, num_ooms, allocator_conf}.
+template <typename Json>
+void WriteReportMemory(const ReportMemory& m, const std::string& allocator_conf, Json& j) {
+  j["memory"] = {{"peak_reserved_bytes", m.peak_reserved},
+                 {"peak_reserved_rank", m.peak_reserved_rank},
+                 {"peak_allocated_bytes", m.peak_allocated},
+                 {"num_alloc_retries", m.retries},
+                 {"num_ooms", m.ooms},
+                 {"allocator_conf", allocator_conf}};
 }
 
 }  // namespace shardscope::traces
