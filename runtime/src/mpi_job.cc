@@ -86,7 +86,9 @@ StatusOr<ExchangedResults> ExchangeResults(MPI_Comm comm, std::vector<LocalRankO
     out.ranks.push_back(std::move(local[0].result));
     return out;
   }
-  for (int r = 0; r < world; ++r) out.ranks.push_back(DecodeResult(all.data() + static_cast<size_t>(r) * mine.size(), steps, replays));
+  for (int r = 0; r < world; ++r) {
+    out.ranks.push_back(DecodeResult(all.data() + static_cast<size_t>(r) * mine.size(), steps, replays));
+  }
   return out;
 }
 
