@@ -1,5 +1,7 @@
 #include "shardscope/profiler/collector.h"
 
+#include "shardscope/traces/collective_counts.h"
+
 #include <cxxabi.h>
 #include <fmt/format.h>
 
@@ -77,22 +79,10 @@ traces::CollectiveInfo CollectiveInfoOf(const traces::Schedule& schedule, const 
   info.seq = step * slot.per_step + slot.index_in_step;
   info.rank = rank;
   // Element counts of this rank's input and output buffers, as PyTorch reports them and
-  // TraceRecorder writes them (CollectiveOp::bytes is nccl-tests' size S).
-  const int64_t elements = coll.bytes / traces::DTypeSize(coll.dtype);
-  const int64_t group = std::max<int64_t>(1, info.group_size);
-  switch (coll.type) {
-    case traces::CollectiveType::kAllGather:
-      info.in_nelems = elements / group;
-      info.out_nelems = elements;
-      break;
-    case traces::CollectiveType::kReduceScatter:
-      info.in_nelems = elements;
-      info.out_nelems = elements / group;
-      break;
-    default:
-      info.in_nelems = elements;
-      info.out_nelems = elements;
-  }
+  // TraceRecorder writes them (traces/collective_counts.h).
+  const traces::CollectiveCounts counts = traces::CountsOf(coll, info.group_size);
+  info.in_nelems = counts.in_elements;
+  info.out_nelems = counts.out_elements;
   return info;
 }
 

@@ -11,38 +11,7 @@ namespace shardscope::runtime {
 using traces::CollectiveType;
 
 CollectiveBuffers BuffersFor(const traces::CollectiveOp& op, int32_t group_size) {
-  CollectiveBuffers b;
-  b.element_bytes = traces::DTypeSize(op.dtype);
-  const int64_t elements = op.bytes / std::max<int64_t>(1, b.element_bytes);
-  const int64_t n = std::max<int32_t>(1, group_size);
-  switch (op.type) {
-    case CollectiveType::kAllGather:
-      b.send_elements = elements / n;
-      b.recv_elements = b.send_elements * n;
-      break;
-    case CollectiveType::kReduceScatter:
-      b.recv_elements = elements / n;
-      b.send_elements = b.recv_elements * n;
-      break;
-    case CollectiveType::kAllToAll:
-      // n equal parts per rank (ncclAllToAll sends count elements to every peer).
-      b.send_elements = elements / n * n;
-      b.recv_elements = b.send_elements;
-      break;
-    case CollectiveType::kSend:
-      b.send_elements = elements;
-      break;
-    case CollectiveType::kRecv:
-      b.recv_elements = elements;
-      break;
-    case CollectiveType::kAllReduce:
-    case CollectiveType::kBroadcast:
-    case CollectiveType::kReduce:
-      b.send_elements = elements;
-      b.recv_elements = elements;
-      break;
-  }
-  return b;
+  return traces::CountsOf(op, group_size);
 }
 
 namespace {

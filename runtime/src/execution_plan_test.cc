@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flight_recorder.h"
+#include "plan_test_util.h"
 
 namespace shardscope::runtime {
 namespace {
@@ -12,34 +13,9 @@ using traces::CollectiveOp;
 using traces::CollectiveType;
 using traces::DType;
 
-// Durations chosen so each op's prediction is recognizable: a GEMM costs its m, a memcpy its bytes.
-class FakeCosts : public sim::CostProvider {
- public:
-  int64_t KernelNs(const traces::ComputeDesc& desc) const override {
-    if (const auto* g = std::get_if<traces::GemmDesc>(&desc)) return g->m;
-    return 7;
-  }
-  int64_t MemcpyNs(traces::MemcpyKind, int64_t bytes) const override { return bytes; }
-  sim::CollectiveCost Collective(CollectiveType, int64_t, int32_t) const override { return {}; }
-};
-
-traces::Op MakeOp(int64_t id, traces::OpPayload payload) {
-  traces::Op op;
-  op.id = id;
-  op.payload = std::move(payload);
-  return op;
-}
-
-CollectiveOp Coll(CollectiveType type, traces::CommSlot slot, int64_t bytes, DType dtype, int32_t peer = -1) {
-  CollectiveOp c;
-  c.type = type;
-  c.comm = slot;
-  c.stream = 1;
-  c.bytes = bytes;
-  c.dtype = dtype;
-  c.peer = peer;
-  return c;
-}
+using test_util::Coll;
+using test_util::FakeCosts;
+using test_util::MakeOp;
 
 // Four ranks, one program. Communicators: 0 "world" {0,1,2,3}; 1 "pair" {2,3}; 2 "reversed"
 // {3,1} (NCCL rank order differs from global order); 3 "unused" {0,1}. Ranks 0 and 1 bind slot

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "shardscope/traces/collective_counts.h"
+
 namespace shardscope::runtime {
 
 using traces::CollectiveType;
@@ -42,11 +44,8 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
     const auto& coll = std::get<traces::CollectiveOp>(program.ops[static_cast<size_t>(r.op_index)].payload);
     const traces::Communicator& comm = schedule.communicators[static_cast<size_t>(r.communicator)];
     // Element counts as sim/hang.cc writes them (CollectiveOp::bytes is nccl-tests' size).
-    const int64_t elements = coll.bytes / std::max<int64_t>(1, traces::DTypeSize(coll.dtype));
-    const auto group = static_cast<int64_t>(std::max<size_t>(1, comm.ranks.size()));
-    int64_t in = elements, out = elements;
-    if (coll.type == CollectiveType::kAllGather) in = elements / group;
-    if (coll.type == CollectiveType::kReduceScatter) out = elements / group;
+    const traces::CollectiveCounts counts = traces::CountsOf(coll, static_cast<int32_t>(comm.ranks.size()));
+    const int64_t in = counts.in_elements, out = counts.out_elements;
     const bool completed = r.completed_ns >= 0;
     // FlightRecorder.hpp Entry states: "scheduled" (enqueued), "started" (the kernel runs:
     // NCCL's kernel spins for its peers once its stream reaches it), "completed".

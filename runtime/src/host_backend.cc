@@ -1,41 +1,41 @@
-// The host backend (host_backend.h): one rank per process, streams as worker threads, MPI
-// collectives on host buffers, the simulator's caching allocator over host memory, and a
-// watchdog that dumps Flight-Recorder-style JSON and aborts the job on a hang.
+// The host backend (host_backend.h): the device adapter of the runtime core (device.h) for a
+// machine without a GPU. One rank per process, streams as worker threads, events as host-side
+// flags, MPI collectives on host buffers, the simulator's caching allocator over host memory;
+// the core (rank_executor.h) walks the program, the watchdog (watchdog.h) dumps and aborts.
 //
-// Threads of a rank: the host thread (the caller: walks the program), one worker per stream,
-// and the watchdog. All rank state is guarded by one mutex and one condition variable (every
-// change notifies all waiters): the state is small and the host backend is about semantics,
-// not speed. MPI calls and busy-waits run without the mutex.
+// Threads of a rank: the host thread (the caller: runs the executor), one worker per stream,
+// and the watchdog. All rank state is guarded by the executor's mutex and condition variable
+// (every change notifies all waiters): the state is small and the host backend is about
+// semantics, not speed. MPI calls and busy-waits run without the mutex.
 #include "shardscope/runtime/host_backend.h"
 
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
-#include <set>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 
-#include "flight_recorder.h"
+#include "device.h"
 #include "host_timeline.h"
+#include "mpi_job.h"
+#include "rank_executor.h"
+#include "run_result.h"
+#include "shardscope/base/file_io.h"
 #include "shardscope/runtime/execution_plan.h"
 #include "shardscope/sim/models/caching_allocator.h"
 #include "shardscope/sim/report/version.h"
-#include "shardscope/traces/chrome_trace.h"
-#include "shardscope/base/file_io.h"
+#include "watchdog.h"
 
 namespace shardscope::runtime {
 
@@ -43,15 +43,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using traces::CollectiveType;
-
-Status MpiStatus(int rc, std::string_view call) {
-  if (rc == MPI_SUCCESS) return Status::Ok();
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(rc, text, &length);
-  return Status::Internal(fmt::format("{} failed: {}", call, std::string(text, static_cast<size_t>(length))));
-}
-
 
 // A kernel occupies its stream for its duration: spin rather than sleep, as a GPU kernel does
 // not yield its stream (and sleeping granularity would swamp scaled microsecond durations).
@@ -137,24 +128,8 @@ struct WorkItem {
   int32_t step = 0;
   int64_t serial = 0;   // event record: its serial; wait: the serial captured at issue (0: none)
   int64_t ticket = 0;   // collective: position in its communicator's lane (0-based)
-  int64_t record = -1;  // collective: index into records_; allocator event: its token
+  int64_t record = -1;  // collective: its Flight Recorder record; allocator event: its token
 };
-
-struct OomRecord {
-  int64_t op_id = 0, time_ns = 0, requested = 0, free_bytes = 0, largest_free = 0;
-  bool injected = false;
-};
-
-// Fields of a rank's result as gathered to rank 0 (int64 each), then its step times.
-enum ResultField : int {
-  kFinished, kOom, kOomOpId, kOomInjected, kOomRequested, kOomFree, kOomLargest, kOomTime, kCapacity,
-  kPeakAllocated, kPeakReserved, kFragmentation, kRetries, kNumOoms, kHostBusy, kHostBlocked,
-  kDeviceAllocs, kDeviceFrees, kStepsDone, kResultFields
-};
-
-// Side-channel of the watchdog (its own duplicate of the world communicator).
-constexpr int kStateTag = 1;   // a rank's progress per communicator; also "dump now"
-constexpr int kDumpedTag = 2;  // a rank wrote its dump
 
 class HostRank;
 
@@ -169,7 +144,7 @@ class HostStreamEvents final : public sim::StreamEvents {
   HostRank& rank_;
 };
 
-class HostRank {
+class HostRank final : public Device {
  public:
   HostRank(const traces::Schedule& schedule, const sim::SimulationSetup& setup, const ExecutionPlan& plan,
            const RunOptions& options, int64_t capacity, int32_t max_queued, int64_t launch_ns)
@@ -177,24 +152,20 @@ class HostRank {
         setup_(setup),
         plan_(plan),
         options_(options),
-        capacity_(capacity),
         max_queued_(max_queued),
         launch_ns_(launch_ns),
         memory_(capacity),
         events_(*this),
-        allocator_(setup.memory.allocator, memory_, events_),
+        executor_(schedule, setup, plan, options, capacity, *this),
+        mu_(executor_.mutex()),
+        cv_(executor_.cv()),
         streams_(plan.streams.size()),
         event_issued_(static_cast<size_t>(plan.num_events), 0),
-        event_done_(static_cast<size_t>(plan.num_events)),
-        lanes_(plan.communicators.size()),
-        tensor_address_(static_cast<size_t>(plan.num_tensors), 0) {}
+        event_done_(static_cast<size_t>(plan.num_events)) {}
 
-  ~HostRank() {
+  ~HostRank() override {
     for (MPI_Comm& c : comms_) {
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-    }
-    for (MPI_Comm* c : {&watchdog_comm_, &results_comm_}) {
-      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
     for (MPI_Op& op : {std::ref(bf16_sum_), std::ref(fp16_sum_)}) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
@@ -202,8 +173,8 @@ class HostRank {
   }
 
   Status Setup() {
-    SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &watchdog_comm_), "MPI_Comm_dup"));
-    SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &results_comm_), "MPI_Comm_dup"));
+    SHARDSCOPE_RETURN_IF_ERROR(watchdog_comm_.Init());
+    SHARDSCOPE_RETURN_IF_ERROR(results_comm_.Init());
     SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Op_create(&SumBf16, 1, &bf16_sum_), "MPI_Op_create"));
     SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Op_create(&SumFp16, 1, &fp16_sum_), "MPI_Op_create"));
     // A rank-local rejection must not leave the other ranks waiting in the splits below: every
@@ -238,16 +209,14 @@ class HostRank {
     for (const CommunicatorPlan& c : plan_.communicators) {
       const int color = c.color == kNoColor ? MPI_UNDEFINED : c.color;
       SHARDSCOPE_RETURN_IF_ERROR(
-          MpiStatus(MPI_Comm_split(MPI_COMM_WORLD, color, c.key, &comms_[static_cast<size_t>(c.index)]),
-                    "MPI_Comm_split"));
+          MpiStatus(MPI_Comm_split(MPI_COMM_WORLD, color, c.key, &comms_[Idx(c.index)]), "MPI_Comm_split"));
       if (c.used) {
-        send_buffers_[static_cast<size_t>(c.index)].assign(static_cast<size_t>(c.max_send_bytes), std::byte{0});
-        recv_buffers_[static_cast<size_t>(c.index)].assign(static_cast<size_t>(c.max_recv_bytes), std::byte{0});
+        send_buffers_[Idx(c.index)].assign(static_cast<size_t>(c.max_send_bytes), std::byte{0});
+        recv_buffers_[Idx(c.index)].assign(static_cast<size_t>(c.max_recv_bytes), std::byte{0});
       }
     }
     SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"));
-    t0_ = Clock::now();
-    last_progress_ns_ = 0;
+    executor_.ResetClock();
     return Status::Ok();
   }
 
@@ -257,35 +226,80 @@ class HostRank {
     for (size_t s = 0; s < streams_.size(); ++s) {
       streams_[s].thread = std::thread([this, s] { StreamLoop(static_cast<int32_t>(s)); });
     }
-    watchdog_ = std::thread([this] { WatchdogLoop(); });
-    const int32_t total_steps = options_.warmup + options_.steps;
-    for (int32_t step = 0; step < total_steps && !stopped_; ++step) {
-      const int64_t start = Now();
-      for (size_t i = 0; i < plan_.ops.size() && !stopped_; ++i) ExecuteHostOp(static_cast<int32_t>(i), step);
-      // The measurement ends when the device has drained (torch.cuda.synchronize() before
-      // reading the timer).
-      SynchronizeDevice();
-      if (!stopped_ && step >= options_.warmup) step_times_.push_back(Now() - start);
-    }
-    SynchronizeDevice();
+    MpiPeerChannel peers(watchdog_comm_.get());
+    WatchdogConfig config;
+    config.timeout_s = options_.timeout_s;
+    config.stalled_after_finish = true;
+    config.log_prefix = fmt::format("shardscope run: rank {}: ", plan_.rank);
+    config.end_job = [] { MPI_Abort(MPI_COMM_WORLD, 1); };
+    Watchdog watchdog({&executor_}, &peers, std::move(config));
+    watchdog.Start();
+    // The host device's operations cannot fail (a failed MPI call aborts the job), so an error
+    // here is a programming error: it is returned after the exchange, which the peers wait in.
+    const Status steps = executor_.RunSteps();
+    DrainStreams();
     {
       std::lock_guard lock(mu_);
-      host_state_ = stopped_ ? host_state_ : "finished its program; waiting for the other ranks";
+      if (!executor_.stopped()) executor_.host_state_locked() = "finished its program; waiting for the other ranks";
       stop_streams_ = true;
     }
     cv_.notify_all();
     for (Stream& s : streams_) s.thread.join();
-    StatusOr<RunResult> result = ExchangeResults();
+    // The timeline: the host thread's slices, then each stream's.
+    LocalRankOutput mine{executor_.Result(), {}};
+    AppendFlattened(executor_.host_slices(), mine.slices);
+    for (const Stream& stream : streams_) AppendFlattened(stream.slices, mine.slices);
+    StatusOr<ExchangedResults> exchanged = ExchangeResults(results_comm_.get(), {std::move(mine)}, options_.steps, 0);
     // No rank is hung once every rank passed this barrier; only then may watchdogs stop.
-    MPI_Barrier(results_comm_);
-    {
-      std::lock_guard lock(mu_);
-      watchdog_stop_ = true;
+    MPI_Barrier(results_comm_.get());
+    watchdog.Stop();
+    SHARDSCOPE_RETURN_IF_ERROR(steps);
+    if (!exchanged.ok()) return exchanged.status();
+    if (plan_.rank != 0) {
+      RunResult result;
+      result.completed = !executor_.stopped();
+      return result;
     }
-    watchdog_.join();
-    if (!result.ok()) return result;
-    if (plan_.rank == 0) SHARDSCOPE_RETURN_IF_ERROR(WriteOutputs());
+    RunResult result = RunResultOf(exchanged->ranks);
+    result.summary = SummaryText(exchanged->ranks);
+    SHARDSCOPE_RETURN_IF_ERROR(WriteOutputs(*exchanged));
     return result;
+  }
+
+  // ---- Device
+
+  sim::DeviceMemory& AllocatorMemory() override { return memory_; }
+  sim::StreamEvents& AllocatorEvents() override { return events_; }
+  Status Kernel(const OpPlan& op, int32_t index, int32_t step) override { return Launch(op, index, step); }
+  Status Memcpy(const OpPlan& op, int32_t index, int32_t step) override { return Launch(op, index, step); }
+  Status Collective(const OpPlan& op, int32_t index, int32_t step, int64_t /*record*/) override {
+    return Launch(op, index, step);
+  }
+  Status RecordEvent(const OpPlan& op, int32_t index, int32_t step) override { return Launch(op, index, step); }
+  Status StreamWaitEvent(const OpPlan& op, int32_t index, int32_t step) override { return Launch(op, index, step); }
+  Status SynchronizeStream(const OpPlan& op) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return streams_[Idx(op.stream)].queue.empty(); });
+    return Status::Ok();
+  }
+  Status SynchronizeDevice(const OpPlan& /*op*/) override {
+    DrainStreams();
+    return Status::Ok();
+  }
+  Status SynchronizeEvent(const OpPlan& op) override {
+    std::unique_lock lock(mu_);
+    const int64_t serial = event_issued_[Idx(op.event)];
+    cv_.wait(lock, [&] { return EventDone(op.event, serial); });
+    return Status::Ok();
+  }
+  void HostWork(int64_t duration_ns) override { SpinFor(Scaled(duration_ns)); }
+  Status BeginStep(int32_t /*step*/, bool /*measured*/) override {
+    step_start_ = executor_.Now();
+    return Status::Ok();
+  }
+  StatusOr<int64_t> EndStep(int32_t /*step*/, bool /*measured*/, bool timed) override {
+    DrainStreams();
+    return timed ? executor_.Now() - step_start_ : 0;
   }
 
  private:
@@ -296,86 +310,21 @@ class HostRank {
     std::thread thread;
     std::vector<SliceRecord> slices;
   };
-  struct Lane {
-    int64_t issued = 0, started = 0, completed = 0, collectives = 0, p2p = 0;
-  };
 
+  static size_t Idx(int32_t i) { return static_cast<size_t>(i); }
   const traces::Op& OpOf(const OpPlan& op) const {
     return plan_.program->ops[static_cast<size_t>(&op - plan_.ops.data())];
   }
-  int64_t Now() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
-  }
+  int64_t Now() const { return executor_.Now(); }
   int64_t Scaled(int64_t ns) const { return static_cast<int64_t>(static_cast<double>(ns) * options_.time_scale); }
-  void MarkProgress() { last_progress_ns_.store(Now()); }
 
   // ---- Host thread
-
-  void ExecuteHostOp(int32_t index, int32_t step) {
-    const OpPlan& op = plan_.ops[static_cast<size_t>(index)];
-    if (options_.hooks.before_issue) options_.hooks.before_issue(op.op_id);
-    const int64_t start = Now();
-    switch (op.op_class) {
-      case OpClass::kKernel:
-      case OpClass::kMemcpy:
-      case OpClass::kCollective:
-      case OpClass::kEventRecord:
-      case OpClass::kStreamWaitEvent:
-        Launch(op, index, step);
-        break;
-      case OpClass::kStreamSynchronize: {
-        std::unique_lock lock(mu_);
-        host_state_ = fmt::format("cudaStreamSynchronize on stream '{}' (op {})", plan_.streams[Idx(op.stream)].name,
-                                  op.op_id);
-        cv_.wait(lock, [&] { return streams_[Idx(op.stream)].queue.empty(); });
-        break;
-      }
-      case OpClass::kDeviceSynchronize:
-        SynchronizeDevice();
-        break;
-      case OpClass::kEventSynchronize: {
-        std::unique_lock lock(mu_);
-        host_state_ = fmt::format("cudaEventSynchronize on event '{}' (op {})",
-                                  plan_.program->events[Idx(op.event)], op.op_id);
-        const int64_t serial = event_issued_[Idx(op.event)];
-        cv_.wait(lock, [&] { return EventDone(op.event, serial); });
-        break;
-      }
-      case OpClass::kHostWork:
-        SpinFor(Scaled(op.duration_ns));
-        break;
-      case OpClass::kAllocate:
-        Allocate(op, step);
-        break;
-      case OpClass::kFree: {
-        uint64_t& address = tensor_address_[Idx(op.tensor)];
-        if (address != 0) {
-          allocator_.Free(address);
-          address = 0;
-          AfterAllocatorCall();
-        }
-        break;
-      }
-      case OpClass::kRecordStream: {
-        const uint64_t address = tensor_address_[Idx(op.tensor)];
-        if (address != 0) allocator_.RecordStream(address, op.stream);
-        break;
-      }
-    }
-    const int64_t end = Now();
-    host_busy_ns_ += end - start;
-    host_slices_.push_back(SliceRecord{0, index, start, end, step, -1});
-    MarkProgress();
-    if (options_.hooks.after_issue) options_.hooks.after_issue(op.op_id);
-  }
-
-  static size_t Idx(int32_t i) { return static_cast<size_t>(i); }
 
   bool EventDone(int32_t event, int64_t serial) const {
     return serial == 0 || event_done_[Idx(event)][static_cast<size_t>(serial - 1)] != 0;
   }
 
-  void Launch(const OpPlan& op, int32_t index, int32_t step) {
+  Status Launch(const OpPlan& op, int32_t index, int32_t step) {
     const bool launch = op.op_class == OpClass::kKernel || op.op_class == OpClass::kMemcpy ||
                         op.op_class == OpClass::kCollective;
     if (launch) SpinFor(Scaled(launch_ns_));  // cudaLaunchKernel's host time
@@ -384,11 +333,11 @@ class HostRank {
     if (launch && max_queued_ > 0 && stream.queue.size() >= static_cast<size_t>(max_queued_)) {
       // The launch queue is full: cudaLaunchKernel blocks until the oldest item retires (the
       // simulator's EngineConfig::max_queued_per_stream).
-      host_state_ = fmt::format("launch of op {} blocked: stream '{}' queue full", op.op_id,
-                                plan_.streams[Idx(op.stream)].name);
+      executor_.host_state_locked() = fmt::format("launch of op {} blocked: stream '{}' queue full", op.op_id,
+                                                  plan_.streams[Idx(op.stream)].name);
       cv_.wait(lock, [&] { return stream.queue.size() < static_cast<size_t>(max_queued_); });
     }
-    host_state_ = "running its program";
+    executor_.host_state_locked() = "running its program";
     WorkItem item{op.op_class, index, step, 0, 0, -1};
     if (op.op_class == OpClass::kEventRecord) {
       item.serial = ++event_issued_[Idx(op.event)];
@@ -397,72 +346,24 @@ class HostRank {
       // cudaStreamWaitEvent captures the event's most recent record at call time.
       item.serial = event_issued_[Idx(op.event)];
     } else if (op.op_class == OpClass::kCollective) {
-      Lane& lane = lanes_[Idx(op.communicator)];
-      item.ticket = lane.issued++;
-      const auto& coll = std::get<traces::CollectiveOp>(plan_.program->ops[Idx(index)].payload);
-      const bool p2p = coll.type == CollectiveType::kSend || coll.type == CollectiveType::kRecv;
-      FlightRecord r;
-      r.op_index = index;
-      r.communicator = op.communicator;
-      r.collective_seq = p2p ? lane.collectives : ++lane.collectives;
-      r.p2p_seq = p2p ? ++lane.p2p : lane.p2p;
-      r.op_seq = lane.issued;
-      r.created_ns = Now();
-      item.record = static_cast<int64_t>(records_.size());
-      records_.push_back(r);
+      // The communicator's lane takes it when the host enqueues it (its ticket: its position).
+      item.record = executor_.IssueRecordLocked(index, op, Now());
+      item.ticket = executor_.RecordLocked(item.record).op_seq - 1;
     }
     stream.queue.push_back(item);
     lock.unlock();
     cv_.notify_all();
+    return Status::Ok();
   }
 
-  void SynchronizeDevice() {
+  void DrainStreams() {
     std::unique_lock lock(mu_);
-    if (!stopped_) host_state_ = "cudaDeviceSynchronize (waiting for every stream to drain)";
+    if (!executor_.stopped()) {
+      executor_.host_state_locked() = "cudaDeviceSynchronize (waiting for every stream to drain)";
+    }
     cv_.wait(lock, [&] {
       return std::all_of(streams_.begin(), streams_.end(), [](const Stream& s) { return s.queue.empty(); });
     });
-  }
-
-  void Allocate(const OpPlan& op, int32_t step) {
-    const bool measured_first_step = step == options_.warmup;
-    if (options_.inject_oom && options_.inject_oom->rank == plan_.rank && options_.inject_oom->op_id == op.op_id &&
-        measured_first_step) {
-      const sim::MemoryStats& stats = allocator_.stats();
-      Oom(OomRecord{op.op_id, Now(), op.bytes, std::max<int64_t>(0, capacity_ - stats.reserved_bytes), 0, true});
-      return;
-    }
-    uint64_t& address = tensor_address_[Idx(op.tensor)];
-    // A tensor still live from the previous step (model and optimizer states) is not
-    // allocated again: the same rule as the simulator's warm start (MemoryConfig::warm_start).
-    if (address != 0) return;
-    const sim::MallocOutcome out = allocator_.Malloc(op.bytes, op.stream);
-    if (!out.ok) {
-      Oom(OomRecord{op.op_id, Now(), out.requested_bytes, out.device_free_bytes, out.largest_free_block, false});
-      return;
-    }
-    address = out.address;
-    AfterAllocatorCall();
-  }
-
-  void AfterAllocatorCall() {
-    const sim::MemoryStats& stats = allocator_.stats();
-    if (stats.reserved_bytes > reserved_peak_seen_) {
-      reserved_peak_seen_ = stats.reserved_bytes;
-      fragmentation_ = stats.reserved_bytes - stats.allocated_bytes;
-    }
-  }
-
-  // The raise policy: torch.OutOfMemoryError is not caught and ends the rank's training loop;
-  // the work already queued still runs; its peers wait in their next collective with it.
-  void Oom(const OomRecord& oom) {
-    oom_ = oom;
-    std::cerr << fmt::format("shardscope run: rank {}: out of memory at op {}{} (requested {} bytes); the rank stops "
-                             "(OOM policy raise)\n",
-                             plan_.rank, oom.op_id, oom.injected ? " (injected)" : "", oom.requested);
-    std::lock_guard lock(mu_);
-    stopped_ = true;
-    host_state_ = fmt::format("stopped: out of memory at op {}{}", oom.op_id, oom.injected ? " (injected)" : "");
   }
 
   // ---- Stream workers
@@ -496,14 +397,12 @@ class HostRank {
           break;
         case OpClass::kCollective: {
           const OpPlan& op = plan_.ops[Idx(item.op_index)];
-          Lane& lane = lanes_[Idx(op.communicator)];
           // NCCL runs a communicator's operations in the order they were enqueued, whatever
           // stream they are on (one proxy / kernel queue per communicator): wait for its turn.
-          cv_.wait(lock, [&] { return lane.completed == item.ticket; });
-          ++lane.started;
+          cv_.wait(lock, [&] { return executor_.LaneCompletedLocked(op.communicator) == item.ticket; });
           start = Now();
-          records_[static_cast<size_t>(item.record)].started_ns = start;
-          seq = records_[static_cast<size_t>(item.record)].collective_seq;
+          executor_.MarkStartedLocked(item.record, start);
+          seq = executor_.RecordLocked(item.record).collective_seq;
           lock.unlock();
           cv_.notify_all();
           const Status status = RunCollective(op, item.op_index);
@@ -513,8 +412,7 @@ class HostRank {
             std::cerr << fmt::format("shardscope run: rank {}: {}\n", plan_.rank, status.message());
             MPI_Abort(MPI_COMM_WORLD, 1);
           }
-          ++lane.completed;
-          records_[static_cast<size_t>(item.record)].completed_ns = Now();
+          executor_.MarkCompletedLocked(item.record, Now());
           break;
         }
         default:
@@ -522,7 +420,7 @@ class HostRank {
       }
       stream.queue.pop_front();
       if (start >= 0) stream.slices.push_back(SliceRecord{1 + s, item.op_index, start, Now(), item.step, seq});
-      MarkProgress();
+      executor_.MarkProgress();
       lock.unlock();
       cv_.notify_all();
       lock.lock();
@@ -580,368 +478,61 @@ class HostRank {
     return Status::Internal("unknown collective type");
   }
 
-  // ---- Watchdog
-  //
-  // ProcessGroupNCCL's watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
-  // watchdogHandler) times out the oldest unfinished work after `timeout`; with
-  // TORCH_NCCL_DUMP_ON_TIMEOUT the rank that times out writes its Flight Recorder dump and
-  // signals the others, through the store, to dump theirs before the job is torn down. Here:
-  // no op completed on this rank for --timeout seconds → send this rank's progress to every
-  // peer on a side communicator (which is also the "dump now" signal), collect theirs for a
-  // grace period (to name the missing ranks), write the dump, wait for the peers' "dumped"
-  // notes, then MPI_Abort. A peer that receives the signal does the same but leaves the abort
-  // to the first rank (and aborts itself if that never comes).
+  // ---- Results (rank 0)
 
-  std::vector<int64_t> ProgressState() {
-    std::lock_guard lock(mu_);
-    std::vector<int64_t> state;
-    state.reserve(lanes_.size() * 3);
-    for (const Lane& lane : lanes_) {
-      state.push_back(lane.issued);
-      state.push_back(lane.started);
-      state.push_back(lane.completed);
-    }
-    return state;
-  }
-
-  void WatchdogLoop() {
-    const auto poll = std::chrono::milliseconds(20);
-    const auto timeout_ns = static_cast<int64_t>(options_.timeout_s * 1e9);
-    // Long enough for peers whose own timers are a poll or two behind, short enough for CI.
-    const int64_t grace_ns = std::clamp<int64_t>(timeout_ns / 2, 500'000'000, 5'000'000'000);
-    const int world = plan_.world_size;
-    bool dumping = false, written = false, initiator = false;
-    int64_t dump_started = 0, written_at = 0;
-    std::string reason;
-    std::map<int32_t, std::vector<int64_t>> peer_states;
-    std::set<int32_t> dumped_peers;
-    std::vector<int64_t> my_state;
-    std::vector<MPI_Request> requests;
-    const int64_t kDumpedNote = 1;
-    while (true) {
-      {
-        std::lock_guard lock(mu_);
-        if (watchdog_stop_ && !dumping) break;
-      }
-      std::this_thread::sleep_for(poll);
-      while (true) {
-        int flag = 0;
-        MPI_Status status;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, watchdog_comm_, &flag, &status);
-        if (!flag) break;
-        int count = 0;
-        MPI_Get_count(&status, MPI_INT64_T, &count);
-        std::vector<int64_t> message(static_cast<size_t>(std::max(count, 1)));
-        MPI_Recv(message.data(), count, MPI_INT64_T, status.MPI_SOURCE, status.MPI_TAG, watchdog_comm_,
-                 MPI_STATUS_IGNORE);
-        if (status.MPI_TAG == kStateTag) {
-          peer_states[status.MPI_SOURCE] = std::move(message);
-          if (!dumping) reason = fmt::format("dump requested by rank {} (its watchdog fired)", status.MPI_SOURCE);
-        } else {
-          dumped_peers.insert(status.MPI_SOURCE);
-        }
-      }
-      const int64_t now = Now();
-      const bool stalled = now - last_progress_ns_.load() > timeout_ns;
-      if (!dumping && (stalled || !peer_states.empty())) {
-        dumping = true;
-        dump_started = now;
-        if (peer_states.empty()) {
-          initiator = true;
-          reason = fmt::format("watchdog timeout: no operation completed on this rank for {:g} s", options_.timeout_s);
-          std::cerr << fmt::format("shardscope run: rank {}: {}; dumping the flight recorder and aborting the job\n",
-                                   plan_.rank, reason);
-        }
-        my_state = ProgressState();
-        for (int peer = 0; peer < world; ++peer) {
-          if (peer == plan_.rank) continue;
-          requests.emplace_back();
-          MPI_Isend(my_state.data(), static_cast<int>(my_state.size()), MPI_INT64_T, peer, kStateTag, watchdog_comm_,
-                    &requests.back());
-        }
-      }
-      if (dumping && !written &&
-          (static_cast<int32_t>(peer_states.size()) == world - 1 || now - dump_started > grace_ns)) {
-        WriteDump(reason, peer_states);
-        written = true;
-        written_at = Now();
-        for (int peer = 0; peer < world; ++peer) {
-          if (peer == plan_.rank) continue;
-          requests.emplace_back();
-          MPI_Isend(&kDumpedNote, 1, MPI_INT64_T, peer, kDumpedTag, watchdog_comm_, &requests.back());
-        }
-      }
-      if (written) {
-        const bool all_dumped = static_cast<int32_t>(dumped_peers.size()) == world - 1;
-        if ((initiator && (all_dumped || now - written_at > grace_ns)) || now - written_at > 3 * grace_ns) {
-          std::cerr << fmt::format("shardscope run: rank {}: aborting the job (hang)\n", plan_.rank);
-          MPI_Abort(MPI_COMM_WORLD, 1);
-        }
-      }
-    }
-  }
-
-  void WriteDump(const std::string& reason, const std::map<int32_t, std::vector<int64_t>>& peer_states) {
-    std::vector<FlightRecord> records;
-    std::vector<FlightLane> lanes;
-    FlightDumpContext context;
-    {
-      std::lock_guard lock(mu_);
-      records = records_;
-      for (size_t c = 0; c < lanes_.size(); ++c) {
-        lanes.push_back(FlightLane{static_cast<int32_t>(c), lanes_[c].issued, lanes_[c].started, lanes_[c].completed});
-      }
-      context.host = host_state_;
-    }
-    context.rank = plan_.rank;
-    context.reason = reason;
-    context.timeout_s = options_.timeout_s;
-    // Missing ranks: members of the blocked collective's communicator that had not started
-    // that collective (their lane's started count is not past its position) when they sent
-    // their progress; members that sent nothing are unresponsive.
-    const int32_t blocked = BlockedRecord(records);
-    if (blocked >= 0) {
-      const FlightRecord& r = records[static_cast<size_t>(blocked)];
-      const int64_t position = r.op_seq - 1;
-      for (int32_t member : plan_.communicators[Idx(r.communicator)].ranks) {
-        if (member == plan_.rank) continue;
-        auto it = peer_states.find(member);
-        if (it == peer_states.end() || it->second.size() < 3 * lanes_.size()) {
-          context.unresponsive_ranks.push_back(member);
-        } else if (it->second[Idx(r.communicator) * 3 + 1] <= position) {
-          context.missing_ranks.push_back(member);
-        }
-      }
-    }
-    const std::filesystem::path dir = std::filesystem::path(options_.out_dir) / "flight_recorder";
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const Status status = traces::WriteFileAtomically((dir / fmt::format("rank_{}.json", plan_.rank)).string(),
-                                              RuntimeFlightRecorderJson(schedule_, records, lanes, context));
-    if (!status.ok()) {
-      std::cerr << fmt::format("shardscope run: rank {}: {}\n", plan_.rank, status.message());
-    } else {
-      std::cerr << fmt::format("shardscope run: rank {}: wrote {}\n", plan_.rank,
-                               (dir / fmt::format("rank_{}.json", plan_.rank)).string());
-    }
-  }
-
-  // ---- Results
-
-  StatusOr<RunResult> ExchangeResults() {
-    const int world = plan_.world_size;
-    const auto steps = static_cast<size_t>(options_.steps);
-    std::vector<int64_t> mine(kResultFields + steps, -1);
-    const sim::MemoryStats& stats = allocator_.stats();
-    mine[kFinished] = stopped_ ? 0 : 1;
-    mine[kOom] = oom_ ? 1 : 0;
-    if (oom_) {
-      mine[kOomOpId] = oom_->op_id;
-      mine[kOomInjected] = oom_->injected ? 1 : 0;
-      mine[kOomRequested] = oom_->requested;
-      mine[kOomFree] = oom_->free_bytes;
-      mine[kOomLargest] = oom_->largest_free;
-      mine[kOomTime] = oom_->time_ns;
-    }
-    mine[kCapacity] = capacity_;
-    mine[kPeakAllocated] = stats.allocated_bytes_peak;
-    mine[kPeakReserved] = stats.reserved_bytes_peak;
-    mine[kFragmentation] = fragmentation_;
-    mine[kRetries] = stats.num_alloc_retries;
-    mine[kNumOoms] = stats.num_ooms + (oom_ && oom_->injected ? 1 : 0);
-    mine[kHostBusy] = host_busy_ns_;
-    mine[kHostBlocked] = 0;
-    mine[kDeviceAllocs] = stats.num_device_alloc;
-    mine[kDeviceFrees] = stats.num_device_free;
-    mine[kStepsDone] = static_cast<int64_t>(step_times_.size());
-    for (size_t i = 0; i < step_times_.size() && i < steps; ++i) mine[kResultFields + i] = step_times_[i];
-    const int record_size = static_cast<int>(mine.size());
-    if (plan_.rank == 0) all_results_.resize(mine.size() * static_cast<size_t>(world));
-    SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Gather(mine.data(), record_size, MPI_INT64_T, all_results_.data(),
-                                                    record_size, MPI_INT64_T, 0, results_comm_),
-                                         "MPI_Gather"));
-    // The timeline: every rank's slices to rank 0.
-    std::vector<int64_t> flat;
-    AppendFlattened(host_slices_, flat);
-    for (const Stream& stream : streams_) AppendFlattened(stream.slices, flat);
-    SHARDSCOPE_ASSIGN_OR_RETURN(timeline_, GatherTimelineSlices(results_comm_, std::move(flat)));
-    RunResult result;
-    if (plan_.rank != 0) {
-      result.completed = !stopped_;
-      return result;
-    }
-    result.completed = true;
-    for (int r = 0; r < world; ++r) {
-      const int64_t* rec = all_results_.data() + static_cast<size_t>(r) * mine.size();
-      if (rec[kFinished] == 0) result.completed = false;
-      if (rec[kOom] == 1) result.oom_ranks.push_back(r);
-    }
-    result.summary = SummaryText(mine.size());
-    return result;
-  }
-
-  static int64_t Median(std::vector<int64_t> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[(v.size() - 1) / 2];
-  }
-
-  std::vector<int64_t> StepTimesOf(const int64_t* rec) const {
-    std::vector<int64_t> times;
-    for (int64_t i = 0; i < rec[kStepsDone] && i < options_.steps; ++i) times.push_back(rec[kResultFields + i]);
-    return times;
-  }
-
-  std::string SummaryText(size_t record_size) const {
+  std::string SummaryText(const std::vector<RankResult>& ranks) const {
     std::string text;
-    int64_t step = 0, peak_reserved = 0;
-    for (int r = 0; r < plan_.world_size; ++r) {
-      const int64_t* rec = all_results_.data() + static_cast<size_t>(r) * record_size;
-      step = std::max(step, Median(StepTimesOf(rec)));
-      peak_reserved = std::max(peak_reserved, rec[kPeakReserved]);
-    }
     text += fmt::format("{}: ran {} rank(s) on the host backend (MPI + threads; execution semantics, not "
                         "performance), {} warm-up + {} measured step(s), time scale {:g}\n",
                         options_.source, plan_.world_size, options_.warmup, options_.steps, options_.time_scale);
-    text += fmt::format("  step (median, slowest rank)  {:>12.3f} ms wall\n", static_cast<double>(step) * 1e-6);
+    text += fmt::format("  step (median, slowest rank)  {:>12.3f} ms wall\n",
+                        static_cast<double>(SlowestMedianStep(ranks)) * 1e-6);
     text += fmt::format("  peak reserved                {:>12} bytes (the simulator's allocator policy)\n",
-                        peak_reserved);
-    for (int r = 0; r < plan_.world_size; ++r) {
-      const int64_t* rec = all_results_.data() + static_cast<size_t>(r) * record_size;
-      if (rec[kOom] == 1) {
-        text += fmt::format("  OOM: rank {} ran out of memory at op {}{}; it stopped (raise)\n", r, rec[kOomOpId],
-                            rec[kOomInjected] ? " (injected)" : "");
-      }
-    }
-    return text;
+                        LargestPeakReserved(ranks));
+    return text + OomSummaryLines(ranks);
   }
 
-  Status WriteOutputs() {
-    const size_t record_size = kResultFields + static_cast<size_t>(options_.steps);
+  Status WriteOutputs(const ExchangedResults& exchanged) const {
+    const nlohmann::ordered_json runtime = {
+        {"backend", "host"},
+        {"note", "execution semantics, not performance: streams are threads, collectives MPI on host "
+                 "buffers, kernels busy-wait the predicted duration x time_scale"},
+        {"steps", options_.steps},
+        {"warmup", options_.warmup},
+        {"time_scale", options_.time_scale},
+        {"timeout_s", options_.timeout_s}};
     const std::filesystem::path dir(options_.out_dir);
-    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically((dir / "report.json").string(), ReportJson(record_size)));
-    return WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, timeline_,
+    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
+        (dir / "report.json").string(),
+        RunReportJson(schedule_, setup_, options_.source, exchanged.ranks, runtime, nullptr)));
+    return WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, exchanged.timeline,
                              fmt::format("shardscope {} run --backend host", sim::Version()), "mpi");
-  }
-
-  std::string ReportJson(size_t record_size) const {
-    // The keys of simulate's report (docs/REPORT.md) where they apply to a measured run.
-    nlohmann::ordered_json j;
-    j["shardscope_version"] = std::string(sim::Version());
-    j["source"] = options_.source;
-    j["strategy"] = schedule_.metadata.count("plan.strategy") ? schedule_.metadata.at("plan.strategy") : "";
-    j["model"] = schedule_.metadata.count("plan.model") ? schedule_.metadata.at("plan.model") : "";
-    j["world_size"] = plan_.world_size;
-    j["cluster"] = {{"name", setup_.cluster.name},
-                    {"gpu", setup_.cluster.gpu.name},
-                    {"nodes", setup_.cluster.nodes},
-                    {"gpus_per_node", setup_.cluster.gpus_per_node}};
-    bool completed = true;
-    int64_t step = 0, peak_reserved = 0, peak_allocated = 0, retries = 0, ooms = 0;
-    int32_t peak_rank = 0;
-    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-    for (int r = 0; r < plan_.world_size; ++r) {
-      const int64_t* rec = all_results_.data() + static_cast<size_t>(r) * record_size;
-      const std::vector<int64_t> times = StepTimesOf(rec);
-      const int64_t median = Median(times);
-      completed = completed && rec[kFinished] == 1;
-      step = std::max(step, median);
-      if (rec[kPeakReserved] > peak_reserved) {
-        peak_reserved = rec[kPeakReserved];
-        peak_rank = r;
-      }
-      peak_allocated = std::max(peak_allocated, rec[kPeakAllocated]);
-      retries += rec[kRetries];
-      ooms += rec[kNumOoms];
-      nlohmann::ordered_json rank;
-      rank["rank"] = r;
-      rank["step_time_ns"] = median;
-      rank["step_times_ns"] = times;
-      rank["host_busy_ns"] = rec[kHostBusy];
-      rank["finished"] = rec[kFinished] == 1;
-      rank["capacity_bytes"] = rec[kCapacity];
-      rank["peak_allocated_bytes"] = rec[kPeakAllocated];
-      rank["peak_reserved_bytes"] = rec[kPeakReserved];
-      rank["fragmentation_bytes"] = rec[kFragmentation];
-      rank["num_alloc_retries"] = rec[kRetries];
-      rank["num_ooms"] = rec[kNumOoms];
-      rank["num_device_alloc"] = rec[kDeviceAllocs];
-      rank["num_device_free"] = rec[kDeviceFrees];
-      if (rec[kOom] == 1) {
-        rank["oom"] = {{"op_id", rec[kOomOpId]},         {"time_ns", rec[kOomTime]},
-                       {"requested_bytes", rec[kOomRequested]}, {"free_bytes", rec[kOomFree]},
-                       {"largest_free_block", rec[kOomLargest]}, {"injected", rec[kOomInjected] == 1}};
-      } else {
-        rank["oom"] = nullptr;
-      }
-      ranks.push_back(rank);
-    }
-    j["completed"] = completed;
-    j["step_time_ns"] = step;
-    j["memory"] = {{"peak_reserved_bytes", peak_reserved},
-                   {"peak_reserved_rank", peak_rank},
-                   {"peak_allocated_bytes", peak_allocated},
-                   {"num_alloc_retries", retries},
-                   {"num_ooms", ooms},
-                   {"allocator_conf", setup_.memory.alloc_conf}};
-    j["hang"] = false;  // a hang aborts the job: its evidence is in flight_recorder/
-    j["runtime"] = {{"backend", "host"},
-                    {"note", "execution semantics, not performance: streams are threads, collectives MPI on host "
-                             "buffers, kernels busy-wait the predicted duration x time_scale"},
-                    {"steps", options_.steps},
-                    {"warmup", options_.warmup},
-                    {"time_scale", options_.time_scale},
-                    {"timeout_s", options_.timeout_s}};
-    j["ranks"] = ranks;
-    return j.dump(2) + "\n";
   }
 
   const traces::Schedule& schedule_;
   const sim::SimulationSetup& setup_;
   const ExecutionPlan& plan_;
   const RunOptions& options_;
-  const int64_t capacity_;
   const int32_t max_queued_;
   const int64_t launch_ns_;
-  Clock::time_point t0_;
 
+  // Declared before the executor, whose allocator uses them (destroyed after it).
   HostDeviceMemory memory_;
   HostStreamEvents events_;
-  sim::CachingAllocator allocator_;  // host thread only
-
-  std::mutex mu_;
-  std::condition_variable cv_;
+  RankExecutor executor_;
+  std::mutex& mu_;
+  std::condition_variable& cv_;
   // Guarded by mu_:
   std::vector<Stream> streams_;
   std::vector<int64_t> event_issued_;            // per event: records issued so far
   std::vector<std::vector<char>> event_done_;    // per event, per record serial - 1
   std::vector<char> alloc_event_done_;           // per allocator event token
-  std::vector<Lane> lanes_;                      // per schedule communicator
-  std::vector<FlightRecord> records_;
-  std::string host_state_ = "starting";
-  bool stopped_ = false;                         // out of memory: the host issues nothing more
   bool stop_streams_ = false;
-  bool watchdog_stop_ = false;
 
-  std::atomic<int64_t> last_progress_ns_{0};
-  std::thread watchdog_;
-
-  // Host thread only:
-  std::vector<uint64_t> tensor_address_;
-  std::optional<OomRecord> oom_;
-  int64_t reserved_peak_seen_ = -1;
-  int64_t fragmentation_ = 0;
-  int64_t host_busy_ns_ = 0;
-  std::vector<int64_t> step_times_;
-  std::vector<SliceRecord> host_slices_;
-
-  // Rank 0, after the exchange:
-  std::vector<int64_t> all_results_;
-  TimelineSlices timeline_;
+  int64_t step_start_ = 0;  // host thread only
 
   std::vector<MPI_Comm> comms_;
-  MPI_Comm watchdog_comm_ = MPI_COMM_NULL;
-  MPI_Comm results_comm_ = MPI_COMM_NULL;
+  MpiWorldDup watchdog_comm_, results_comm_;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   MPI_Op fp16_sum_ = MPI_OP_NULL;
   std::vector<std::vector<std::byte>> send_buffers_, recv_buffers_;

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "mpi_status.h"
 #include "shardscope/runtime/execution_plan.h"
 #include "shardscope/traces/chrome_trace.h"
 
@@ -13,14 +14,6 @@ namespace shardscope::runtime {
 namespace {
 
 size_t Idx(int64_t i) { return static_cast<size_t>(i); }
-
-Status MpiCall(int rc, std::string_view call) {
-  if (rc == MPI_SUCCESS) return Status::Ok();
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(rc, text, &length);
-  return Status::Internal(fmt::format("{} failed: {}", call, std::string(text, static_cast<size_t>(length))));
-}
 
 // Host slices in Kineto's categories: launches are CUDA runtime calls, synchronizations
 // cuda_sync, host work and allocator calls CPU ops.
@@ -54,7 +47,7 @@ StatusOr<TimelineSlices> GatherTimelineSlices(MPI_Comm comm, std::vector<int64_t
   TimelineSlices out;
   out.counts.assign(static_cast<size_t>(world), 0);
   std::vector<int> displacements(static_cast<size_t>(world), 0);
-  SHARDSCOPE_RETURN_IF_ERROR(MpiCall(MPI_Gather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, 0, comm),
+  SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Gather(&count, 1, MPI_INT, out.counts.data(), 1, MPI_INT, 0, comm),
                                      "MPI_Gather"));
   if (rank == 0) {
     int64_t total = 0;
@@ -65,7 +58,7 @@ StatusOr<TimelineSlices> GatherTimelineSlices(MPI_Comm comm, std::vector<int64_t
     if (total > INT_MAX) return Status::Internal("host timeline too large to gather");
     out.values.resize(static_cast<size_t>(total));
   }
-  SHARDSCOPE_RETURN_IF_ERROR(MpiCall(MPI_Gatherv(flat.data(), count, MPI_INT64_T, out.values.data(),
+  SHARDSCOPE_RETURN_IF_ERROR(MpiStatus(MPI_Gatherv(flat.data(), count, MPI_INT64_T, out.values.data(),
                                                  out.counts.data(), displacements.data(), MPI_INT64_T, 0, comm),
                                      "MPI_Gatherv"));
   return out;

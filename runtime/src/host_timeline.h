@@ -15,26 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "host_timeline_slices.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 
 namespace shardscope::runtime {
-
-// One slice: tid 0 = host thread, 1 + stream index. op_index indexes the rank's program ops;
-// seq is the collective's per-communicator sequence number (-1: not a collective slice).
-struct SliceRecord {
-  int64_t tid = 0, op_index = 0, start_ns = 0, end_ns = 0, step = 0, seq = -1;
-};
-inline constexpr int kSliceFields = 6;
-
-// Every rank's slices, flattened, in rank order (rank 0 only after GatherTimelineSlices).
-struct TimelineSlices {
-  std::vector<int64_t> values;   // kSliceFields per slice
-  std::vector<int> counts;       // values per rank
-};
-
-// Appends `slices` to `flat` (kSliceFields values each).
-void AppendFlattened(const std::vector<SliceRecord>& slices, std::vector<int64_t>& flat);
 
 // Collective over `comm` (every rank calls it): rank 0 of `comm` receives every rank's flat
 // slices. A rank's share is truncated to whole slices below 2^28 values (MPI int counts).

@@ -29,6 +29,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "shardscope/traces/collective_counts.h"
+
 namespace shardscope::sim {
 namespace {
 
@@ -1065,11 +1067,8 @@ std::string FlightRecorderJson(const traces::Schedule& schedule, const Simulatio
     ++count.ops;
     // Element counts from CollectiveOp::bytes (nccl-tests' size: the gathered output of an
     // all_gather, the input of a reduce_scatter, the buffer otherwise).
-    const int64_t elements = coll->bytes / std::max<int64_t>(1, traces::DTypeSize(coll->dtype));
-    const auto group = static_cast<int64_t>(std::max<size_t>(1, communicator.ranks.size()));
-    int64_t in = elements, out = elements;
-    if (coll->type == CollectiveType::kAllGather) in = elements / group;
-    if (coll->type == CollectiveType::kReduceScatter) out = elements / group;
+    const traces::CollectiveCounts sizes = traces::CountsOf(*coll, static_cast<int32_t>(communicator.ranks.size()));
+    const int64_t in = sizes.in_elements, out = sizes.out_elements;
     auto found = pending.find(index);
     const bool done = found == pending.end();
     CollectiveRecorder::Times times;

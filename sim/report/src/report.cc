@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "shardscope/sim/hangs/hang.h"
+#include "shardscope/traces/collective_counts.h"
+#include "shardscope/traces/report_header.h"
 #include "shardscope/sim/presets/mfu_conventions.h"
 #include "shardscope/sim/report/version.h"
 #include "shardscope/base/pickle.h"
@@ -147,21 +149,9 @@ void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
     info.seq = run.seq;
     info.rank = span.rank;
     // PyTorch reports element counts of this rank's input and output buffers.
-    const int64_t elements = coll->bytes / traces::DTypeSize(coll->dtype);
-    const int64_t group = std::max<int64_t>(1, info.group_size);
-    switch (coll->type) {
-      case traces::CollectiveType::kAllGather:
-        info.in_nelems = elements / group;
-        info.out_nelems = elements;
-        break;
-      case traces::CollectiveType::kReduceScatter:
-        info.in_nelems = elements;
-        info.out_nelems = elements / group;
-        break;
-      default:
-        info.in_nelems = elements;
-        info.out_nelems = elements;
-    }
+    const traces::CollectiveCounts counts = traces::CountsOf(*coll, info.group_size);
+    info.in_nelems = counts.in_elements;
+    info.out_nelems = counts.out_elements;
     slice.collective = info;
     slice.args.push_back({"algorithm", std::string(NcclAlgorithmName(run.cost.algorithm))});
     slice.args.push_back({"protocol", std::string(NcclProtocolName(run.cost.protocol))});
@@ -303,15 +293,10 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                        const DivergenceCost* divergence) {
   const Figures f = ComputeFigures(schedule, setup, result);
   nlohmann::ordered_json j;
-  j["shardscope_version"] = std::string(Version());
-  j["source"] = setup.label;
-  j["strategy"] = schedule.metadata.count("plan.strategy") ? schedule.metadata.at("plan.strategy") : "";
-  j["model"] = schedule.metadata.count("plan.model") ? schedule.metadata.at("plan.model") : "";
-  j["world_size"] = schedule.world_size();
-  j["cluster"] = {{"name", setup.cluster.name},
-                  {"gpu", setup.cluster.gpu.name},
-                  {"nodes", setup.cluster.nodes},
-                  {"gpus_per_node", setup.cluster.gpus_per_node}};
+  traces::WriteReportHeader(traces::ReportHeaderOf(schedule, std::string(Version()), setup.label,
+                                                    {setup.cluster.name, setup.cluster.gpu.name, setup.cluster.nodes,
+                                                     setup.cluster.gpus_per_node}),
+                            j);
   // null: the default cost models; else the profile `shardscope calibrate` fitted, and how
   // many of its buckets can replace a default (the others fall back to the models).
   j["calibration"] = nullptr;
@@ -351,24 +336,13 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
   j["exposed_comm_ns"] = static_cast<int64_t>(std::llround(f.mean_comm_ns - f.mean_overlap_ns));
   j["overlap_ratio"] = Ratio(f.mean_overlap_ns, f.mean_comm_ns);
   j["stream_busy_fraction"] = f.stream_busy_fraction;
-  int64_t peak_reserved = 0, peak_allocated = 0, retries = 0, ooms = 0;
-  int32_t peak_rank = 0;
+  traces::ReportMemory memory;
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
     const RankMemory& m = result.ranks[rank].memory;
-    if (m.stats.reserved_bytes_peak > peak_reserved) {
-      peak_reserved = m.stats.reserved_bytes_peak;
-      peak_rank = static_cast<int32_t>(rank);
-    }
-    peak_allocated = std::max(peak_allocated, m.stats.allocated_bytes_peak);
-    retries += m.stats.num_alloc_retries;
-    ooms += m.stats.num_ooms;
+    memory.AddRank(static_cast<int32_t>(rank), m.stats.reserved_bytes_peak, m.stats.allocated_bytes_peak,
+                   m.stats.num_alloc_retries, m.stats.num_ooms);
   }
-  j["memory"] = {{"peak_reserved_bytes", peak_reserved},
-                 {"peak_reserved_rank", peak_rank},
-                 {"peak_allocated_bytes", peak_allocated},
-                 {"num_alloc_retries", retries},
-                 {"num_ooms", ooms},
-                 {"allocator_conf", setup.memory.alloc_conf}};
+  traces::WriteReportMemory(memory, setup.memory.alloc_conf, j);
   // The rank the others waited for most in collectives (null: none caused 1 us in total).
   if (result.straggler) {
     const Straggler& st = *result.straggler;

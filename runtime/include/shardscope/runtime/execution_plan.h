@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shardscope/sim/engine/engine.h"
+#include "shardscope/traces/collective_counts.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 
@@ -66,20 +67,10 @@ enum class OpClass : uint8_t {
   kRecordStream,
 };
 
-// What one rank's collective moves, in elements of its dtype, following the meaning of
-// CollectiveOp::bytes (nccl-tests' size S): all_gather sends S/n and receives S;
-// reduce_scatter sends S and receives S/n; all_reduce, broadcast and reduce use a buffer of
-// S; all_to_all sends S in n equal parts and receives as much; send / recv move S.
-// Counts are floored when S does not divide evenly (FSDP pads its flat buffers to a multiple
-// of the world size: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, so lowered
-// schedules divide evenly; a hand-written schedule may not).
-struct CollectiveBuffers {
-  int64_t send_elements = 0;
-  int64_t recv_elements = 0;
-  int64_t element_bytes = 0;
-  int64_t send_bytes() const { return send_elements * element_bytes; }
-  int64_t recv_bytes() const { return recv_elements * element_bytes; }
-};
+// What one rank's collective moves, in elements of its dtype: the buffers of
+// traces::CollectiveCounts (send_elements / recv_elements / element_bytes, floored when the
+// size does not divide evenly; collective_counts.h states the rule).
+using CollectiveBuffers = traces::CollectiveCounts;
 
 struct OpPlan {
   OpClass op_class = OpClass::kKernel;

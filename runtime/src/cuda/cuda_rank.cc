@@ -1,0 +1,565 @@
+// The CUDA backend's rank adapter (cuda_rank.h). What the CPU cannot check is marked "GPU:":
+// this file was compiled, not run, on the machine that wrote it (no driver);
+// scripts/gpu/validate_runtime.sh runs it.
+#include "cuda/cuda_rank.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <limits>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include "cuda/proxy_kernels.h"
+
+namespace shardscope::runtime::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using traces::CollectiveType;
+
+// NCCL's type and reduction for a schedule dtype. fp8: the host backend's rule (MAX on bytes:
+// the same traffic, not the same numbers), which also works where NCCL has no fp8 sum.
+struct NcclTypeAndOp {
+  ncclDataType_t type = ncclUint8;
+  ncclRedOp_t op = ncclSum;
+};
+NcclTypeAndOp NcclTypeFor(traces::DType dtype) {
+  switch (dtype) {
+    case traces::DType::kFloat32:
+    case traces::DType::kTFloat32: return {ncclFloat32, ncclSum};
+    case traces::DType::kFloat64: return {ncclFloat64, ncclSum};
+    case traces::DType::kBFloat16: return {ncclBfloat16, ncclSum};
+    case traces::DType::kFloat16: return {ncclFloat16, ncclSum};
+    case traces::DType::kInt8: return {ncclInt8, ncclSum};
+    case traces::DType::kInt32: return {ncclInt32, ncclSum};
+    case traces::DType::kInt64: return {ncclInt64, ncclSum};
+    case traces::DType::kFloat8E4M3:
+    case traces::DType::kFloat8E5M2: return {ncclUint8, ncclMax};
+  }
+  return {ncclUint8, ncclMax};
+}
+
+// ---- Host busy-wait and its calibration.
+void SpinHostFor(int64_t ns) {
+  if (ns <= 0) return;
+  const Clock::time_point end = Clock::now() + std::chrono::nanoseconds(ns);
+  while (Clock::now() < end) {
+  }
+}
+
+// Requested durations for both calibrations: short ones dominate schedules (launch-sized host
+// work, microsecond spin kernels); estimate, chosen to bracket 1 us to 200 us.
+constexpr int64_t kCalibrationPointsNs[] = {1'000, 10'000, 50'000, 200'000};
+constexpr int kCalibrationRepeats = 3;
+
+SpinCalibration CalibrateHostSpin() {
+  std::vector<std::pair<int64_t, int64_t>> samples;
+  for (int r = 0; r < kCalibrationRepeats; ++r) {
+    for (int64_t ns : kCalibrationPointsNs) {
+      const Clock::time_point t0 = Clock::now();
+      SpinHostFor(ns);
+      samples.emplace_back(ns, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+    }
+  }
+  return FitSpinCalibration(samples);
+}
+
+// A device event the core owns: a CUDA event without timing.
+class CudaEvent final : public DeviceEvent {
+ public:
+  explicit CudaEvent(OwnedEvent event) : event_(std::move(event)) {}
+  cudaEvent_t get() const { return event_.get(); }
+
+ private:
+  OwnedEvent event_;
+};
+
+}  // namespace
+
+CudaRank::CudaRank(const traces::Schedule& schedule, const sim::SimulationSetup& setup, ExecutionPlan plan,
+                   const CudaRunOptions& options, int32_t device, int64_t capacity)
+    : plan_(std::move(plan)),
+      options_(options),
+      device_(device),
+      memory_(capacity),
+      events_(streams_),
+      operand_memory_(std::numeric_limits<int64_t>::max() / 4),
+      operand_events_(streams_),
+      operand_allocator_(OperandConfig(setup.memory.allocator), operand_memory_, operand_events_),
+      executor_(schedule, setup, plan_, options.common, capacity, *this) {}
+
+// ---- Setup
+
+// Phase 1: everything that needs no other rank.
+Status CudaRank::SetupLocal() {
+  if (plan_.streams.empty()) {
+    return Status::InvalidInput(fmt::format("rank {}'s program declares no stream", plan_.rank));
+  }
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
+  cc_ = ComputeCapability{prop.major, prop.minor};
+  sm_count_ = prop.multiProcessorCount;
+  device_name_ = prop.name;
+  PriorityRange range;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&range.least, &range.greatest));
+  std::vector<int32_t> priorities;
+  for (const StreamPlan& s : plan_.streams) priorities.push_back(s.priority);
+  stream_priorities_ = MapStreamPriorities(priorities, range);
+  for (int32_t priority : stream_priorities_) {
+    cudaStream_t s = nullptr;
+    // Non-blocking: the schedule's streams never synchronize with the legacy default stream
+    // implicitly (PyTorch's side streams are created this way too).
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
+    streams_.emplace_back(s);
+  }
+  for (int32_t e = 0; e < plan_.num_events; ++e) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent ev, MakeEvent(false));
+    events_by_index_.push_back(std::move(ev));
+  }
+  for (size_t s = 0; s < streams_.size(); ++s) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent ev, MakeEvent(false));
+    join_events_.push_back(std::move(ev));
+  }
+  if (options_.common.hooks.streams_created) {
+    std::vector<void*> handles;
+    for (const auto& stream : streams_) handles.push_back(static_cast<void*>(stream.get()));
+    SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.streams_created(plan_.rank, handles));
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(step_start_, MakeEvent(true));
+  SHARDSCOPE_ASSIGN_OR_RETURN(step_end_, MakeEvent(true));
+  cublasLtHandle_t lt = nullptr;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cublasLtCreate(&lt));
+  lt_ = OwnedLt(lt);
+  SHARDSCOPE_RETURN_IF_ERROR(AllocateOperands());
+  host_spin_ = CalibrateHostSpin();
+  SHARDSCOPE_RETURN_IF_ERROR(CalibrateKernelSpin());
+  return Status::Ok();
+}
+
+// Phase 2, collective over the world: one ncclCommSplit per schedule communicator in index
+// order (non-members pass NCCL_SPLIT_NOCOLOR and get no communicator). Called inside a
+// group by the Job when one thread splits for several ranks.
+Status CudaRank::Split(const CommunicatorPlan& c, ncclComm_t* out) {
+  const int color = c.color == kNoColor ? NCCL_SPLIT_NOCOLOR : c.color;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclCommSplit(world_->get(), color, c.key, out, nullptr));
+  return Status::Ok();
+}
+
+void CudaRank::AdoptComms(std::vector<ncclComm_t> comms) {
+  comms_.clear();
+  for (ncclComm_t c : comms) comms_.push_back(std::make_unique<NcclComm>(c));
+}
+
+sim::AllocatorConfig CudaRank::OperandConfig(sim::AllocatorConfig config) {
+  config.expandable_segments = false;  // operand blocks need device pointers
+  config.garbage_collection_threshold = 0;
+  config.memory_fraction = 1.0;
+  return config;
+}
+
+// Operand buffers through the operand allocator (the same policy, its own pool: the
+// schedule's allocator sees exactly the schedule's calls, so its peaks are the
+// simulator's), zero-filled so no NaN or denormal slows a GEMM.
+StatusOr<void*> CudaRank::OperandBuffer(int64_t bytes, int32_t stream) {
+  if (bytes <= 0) return static_cast<void*>(nullptr);
+  const sim::MallocOutcome out = operand_allocator_.Malloc(bytes, stream);
+  if (!out.ok) {
+    return Status::Internal(fmt::format("rank {}: cannot allocate {} bytes of proxy operands on device {}",
+                                        plan_.rank, bytes, device_));
+  }
+  void* p = operand_memory_.PointerOf(out.address);
+  if (p == nullptr) return Status::Internal("operand block outside its segment");
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, static_cast<size_t>(bytes)));
+  return p;
+}
+
+Status CudaRank::AllocateOperands() {
+  const std::vector<StreamOperands> sizes = OperandBytes(*plan_.program, cc_);
+  operands_.resize(sizes.size());
+  int64_t host_bytes = 0;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    const auto stream = static_cast<int32_t>(s);
+    Operands& o = operands_[s];
+    SHARDSCOPE_ASSIGN_OR_RETURN(o.a, OperandBuffer(sizes[s].a_bytes, stream));
+    SHARDSCOPE_ASSIGN_OR_RETURN(o.b, OperandBuffer(sizes[s].b_bytes, stream));
+    SHARDSCOPE_ASSIGN_OR_RETURN(o.c, OperandBuffer(sizes[s].c_bytes, stream));
+    SHARDSCOPE_ASSIGN_OR_RETURN(o.src, OperandBuffer(sizes[s].src_bytes, stream));
+    SHARDSCOPE_ASSIGN_OR_RETURN(o.dst, OperandBuffer(sizes[s].dst_bytes, stream));
+    SHARDSCOPE_ASSIGN_OR_RETURN(o.workspace, OperandBuffer(sizes[s].workspace_bytes, stream));
+    o.workspace_bytes = sizes[s].workspace_bytes;
+    host_bytes = std::max({host_bytes, sizes[s].src_bytes, sizes[s].dst_bytes});
+  }
+  // Collective buffers: one send/recv pair per communicator, sized for its largest
+  // collective (execution_plan.h); NCCL serializes a communicator's collectives.
+  send_.assign(plan_.communicators.size(), nullptr);
+  recv_.assign(plan_.communicators.size(), nullptr);
+  for (const CommunicatorPlan& c : plan_.communicators) {
+    if (!c.used) continue;
+    SHARDSCOPE_ASSIGN_OR_RETURN(send_[static_cast<size_t>(c.index)], OperandBuffer(c.max_send_bytes, 0));
+    SHARDSCOPE_ASSIGN_OR_RETURN(recv_[static_cast<size_t>(c.index)], OperandBuffer(c.max_recv_bytes, 0));
+  }
+  // H2D / D2H copies go through pinned host memory (pageable copies are not asynchronous:
+  // CUDA Runtime API, "API synchronization behavior").
+  if (host_bytes > 0) {
+    void* p = nullptr;
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, static_cast<size_t>(host_bytes)));
+    pinned_ = OwnedHostBuffer(p);
+  }
+  return Status::Ok();
+}
+
+Status CudaRank::CalibrateKernelSpin() {
+  cudaStream_t s = StreamOf(0);
+  SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent a, MakeEvent(true));
+  SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent b, MakeEvent(true));
+  std::vector<std::pair<int64_t, int64_t>> samples;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(LaunchSpin(0, s));  // module load, first launch
+  for (int r = 0; r < kCalibrationRepeats; ++r) {
+    for (int64_t ns : kCalibrationPointsNs) {
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(a.get(), s));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(LaunchSpin(ns, s));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(b.get(), s));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b.get()));
+      float ms = 0;
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a.get(), b.get()));
+      samples.emplace_back(ns, static_cast<int64_t>(static_cast<double>(ms) * 1e6));
+    }
+  }
+  kernel_spin_ = FitSpinCalibration(samples);
+  return Status::Ok();
+}
+
+StatusOr<LtPlan*> CudaRank::PlanFor(const LtProblem& p, size_t workspace) {
+  const std::string key = ProblemKey(p) + fmt::format(" ws{}", workspace);
+  auto it = lt_plans_.find(key);
+  if (it != lt_plans_.end()) return it->second.get();
+  auto plan = std::make_unique<LtPlan>();
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  SHARDSCOPE_RETURN_IF_ERROR(BuildLtPlan(lt_.get(), p, workspace, 1, plan.get(), &results));
+  if (!p.note.empty()) notes_.push_back(p.note);
+  return lt_plans_.emplace(key, std::move(plan)).first->second.get();
+}
+
+Status CudaRank::Gemm(const LtProblem& p, int32_t stream) {
+  const Operands& o = operands_[static_cast<size_t>(stream)];
+  SHARDSCOPE_ASSIGN_OR_RETURN(LtPlan * plan, PlanFor(p, static_cast<size_t>(o.workspace_bytes)));
+  return RunLt(lt_.get(), *plan, plan->algo, p, o.a, o.b, o.c, o.workspace, StreamOf(stream));
+}
+
+Status CudaRank::MemoryPass(int64_t read, int64_t written, int32_t stream) {
+  const Operands& o = operands_[static_cast<size_t>(stream)];
+  const CopyGeometry g = MemoryBoundGeometry(read, written, sm_count_);
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+      LaunchMemoryBound(g.read_vectors, g.write_vectors, g.blocks, g.threads_per_block, o.src, o.dst, StreamOf(stream)));
+  return Status::Ok();
+}
+
+Status CudaRank::RunKernel(const traces::KernelOp& k) {
+  if (const auto* g = std::get_if<traces::GemmDesc>(&k.compute)) return Gemm(GemmProblem(*g, cc_), k.stream);
+  if (const auto* a = std::get_if<traces::AttentionDesc>(&k.compute)) {
+    const AttentionProxy proxy = AttentionProblem(*a, cc_);
+    for (int64_t done = 0; done < proxy.total_batch; done += proxy.batch_chunk) {
+      const int64_t chunk = std::min(proxy.batch_chunk, proxy.total_batch - done);
+      LtProblem qk = proxy.qk, pv = proxy.pv;
+      qk.batch = chunk;
+      pv.batch = chunk;
+      for (int32_t i = 0; i < proxy.qk_repeats; ++i) SHARDSCOPE_RETURN_IF_ERROR(Gemm(qk, k.stream));
+      for (int32_t i = 0; i < proxy.pv_repeats; ++i) SHARDSCOPE_RETURN_IF_ERROR(Gemm(pv, k.stream));
+    }
+    return MemoryPass(proxy.memory_read_bytes, proxy.memory_write_bytes, k.stream);
+  }
+  if (const auto* m = std::get_if<traces::MemoryBoundDesc>(&k.compute)) {
+    return MemoryPass(m->bytes_read, m->bytes_written, k.stream);
+  }
+  const auto& fixed = std::get<traces::FixedDurationDesc>(k.compute);
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(LaunchSpin(SpinRequestFor(kernel_spin_, fixed.duration_ns), StreamOf(k.stream)));
+  return Status::Ok();
+}
+
+Status CudaRank::RunMemcpy(const traces::MemcpyOp& m) {
+  const Operands& o = operands_[static_cast<size_t>(m.stream)];
+  const auto bytes = static_cast<size_t>(m.bytes);
+  if (bytes == 0) return Status::Ok();
+  switch (m.kind) {
+    case traces::MemcpyKind::kHostToDevice:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(o.dst, pinned_.get(), bytes, cudaMemcpyHostToDevice, StreamOf(m.stream)));
+      break;
+    case traces::MemcpyKind::kDeviceToHost:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.get(), o.src, bytes, cudaMemcpyDeviceToHost, StreamOf(m.stream)));
+      break;
+    case traces::MemcpyKind::kDeviceToDevice:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(o.dst, o.src, bytes, cudaMemcpyDeviceToDevice, StreamOf(m.stream)));
+      break;
+  }
+  return Status::Ok();
+}
+
+Status CudaRank::Collective(const OpPlan& op, int32_t index, int32_t /*step*/, int64_t /*record*/) {
+  const auto& coll = std::get<traces::CollectiveOp>(plan_.program->ops[static_cast<size_t>(index)].payload);
+  ncclComm_t comm = comms_[static_cast<size_t>(op.communicator)] ? comms_[static_cast<size_t>(op.communicator)]->get() : nullptr;
+  if (comm == nullptr) return Status::Internal(fmt::format("op {}: no NCCL communicator", op.op_id));
+  cudaStream_t stream = StreamOf(op.stream);
+  void* send = send_[static_cast<size_t>(op.communicator)];
+  void* recv = recv_[static_cast<size_t>(op.communicator)];
+  const NcclTypeAndOp t = NcclTypeFor(coll.dtype);
+  const auto send_count = static_cast<size_t>(op.buffers.send_elements);
+  const auto recv_count = static_cast<size_t>(op.buffers.recv_elements);
+  // The Flight Recorder record and the start / end events around this call are the core's
+  // (RankExecutor::IssueCollective), outside a capture.
+  // NCCL orders a communicator's operations as they are enqueued, whatever stream they are
+  // on (one kernel queue per communicator), so the host backend's per-communicator ticket
+  // is NCCL's own behaviour here and needs no code.
+  switch (coll.type) {
+    case CollectiveType::kAllGather:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclAllGather(send, recv, send_count, t.type, comm, stream));
+      break;
+    case CollectiveType::kReduceScatter:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send, recv, recv_count, t.type, t.op, comm, stream));
+      break;
+    case CollectiveType::kAllReduce:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclAllReduce(send, recv, send_count, t.type, t.op, comm, stream));
+      break;
+    case CollectiveType::kBroadcast:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclBroadcast(send, recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
+      break;
+    case CollectiveType::kReduce:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclReduce(send, recv, send_count, t.type, t.op, op.peer_comm_rank, comm, stream));
+      break;
+    case CollectiveType::kAllToAll: {
+      // ProcessGroupNCCL::alltoall_base: a group of one send and one receive per peer.
+      const auto group = plan_.communicators[static_cast<size_t>(op.communicator)].ranks.size();
+      const size_t part = send_count / std::max<size_t>(1, group);
+      const size_t part_bytes = part * static_cast<size_t>(op.buffers.element_bytes);
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGroupStart());
+      for (size_t peer = 0; peer < group; ++peer) {
+        SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclSend(static_cast<char*>(send) + peer * part_bytes, part, t.type,
+                                                 static_cast<int>(peer), comm, stream));
+        SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclRecv(static_cast<char*>(recv) + peer * part_bytes, part, t.type,
+                                                 static_cast<int>(peer), comm, stream));
+      }
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGroupEnd());
+      break;
+    }
+    case CollectiveType::kSend:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclSend(send, send_count, t.type, op.peer_comm_rank, comm, stream));
+      break;
+    case CollectiveType::kRecv:
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclRecv(recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
+      break;
+  }
+  return Status::Ok();
+}
+
+// The step's end on the device: every stream joins stream 0, then the end event.
+Status CudaRank::JoinStreams() {
+  for (size_t s = 1; s < streams_.size(); ++s) {
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_events_[s].get(), streams_[s].get()));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(StreamOf(0), join_events_[s].get(), 0));
+  }
+  return Status::Ok();
+}
+
+// Inside a capture, every other stream forks from stream 0 (joins the capture).
+Status CudaRank::ForkStreams() {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_events_[0].get(), StreamOf(0)));
+  for (size_t s = 1; s < streams_.size(); ++s) {
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[s].get(), join_events_[0].get(), 0));
+  }
+  return Status::Ok();
+}
+
+StatusOr<int64_t> CudaRank::ElapsedNs() {
+  float ms = 0;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, step_start_.get(), step_end_.get()));
+  return static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+}
+
+// One step captured on stream 0 (relaxed mode: the allocator's host-side calls may still
+// cudaMalloc; with a warm allocator they hit its cache), then replayed. GPU: NCCL kernels are
+// capturable since NCCL 2.9 (NCCL docs, "Using NCCL with CUDA Graphs").
+Status CudaRank::CaptureAndReplay() {
+  const int32_t step = options_.common.warmup + options_.common.steps;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(StreamOf(0), cudaStreamCaptureModeRelaxed));
+  executor_.SetCapturing(true);
+  Status status = ForkStreams();
+  for (size_t i = 0; i < plan_.ops.size() && status.ok() && !executor_.stopped(); ++i) {
+    status = executor_.IssueOp(static_cast<int32_t>(i), step);
+  }
+  if (status.ok()) status = JoinStreams();
+  cudaGraph_t graph_raw = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(StreamOf(0), &graph_raw);
+  executor_.SetCapturing(false);
+  OwnedGraph graph(graph_raw);
+  SHARDSCOPE_RETURN_IF_ERROR(status);
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(end);
+  cudaGraphExec_t exec_raw = nullptr;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec_raw, graph.get(), 0));
+  OwnedGraphExec exec(exec_raw);
+  for (int32_t r = 0; r < options_.graph_replays; ++r) {
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_.get(), StreamOf(0)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec.get(), StreamOf(0)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_.get(), StreamOf(0)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    SHARDSCOPE_ASSIGN_OR_RETURN(int64_t ns, ElapsedNs());
+    graph_times_.push_back(ns);
+    executor_.MarkProgress();
+  }
+  return Status::Ok();
+}
+
+// ---- The host thread
+
+void CudaRank::Run() {
+  executor_.MarkProgress();
+  const Status status = RunSteps();
+  if (!status.ok()) {
+    std::cerr << fmt::format("shardscope run: rank {}: {}\n", plan_.rank, status.message());
+    error_ = status;
+  }
+  executor_.SetFinished();
+  executor_.SetHostState(executor_.stopped() || !error_.ok() ? "stopped"
+                                                             : "finished its program; waiting for the other ranks");
+}
+
+Status CudaRank::RunSteps() {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  executor_.SetHostState("running its program");
+  SHARDSCOPE_RETURN_IF_ERROR(executor_.RunSteps());
+  if (options_.cuda_graph && !executor_.stopped()) SHARDSCOPE_RETURN_IF_ERROR(CaptureAndReplay());
+  return Status::Ok();
+}
+
+// ---- Device: steps. The previous step ended with a device synchronization: every stream is
+// idle, so an event on stream 0 marks the start of the whole device's step.
+
+Status CudaRank::BeginStep(int32_t step, bool measured) {
+  if (options_.common.hooks.before_step) SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.before_step(step, measured));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_.get(), StreamOf(0)));
+  return Status::Ok();
+}
+
+StatusOr<int64_t> CudaRank::EndStep(int32_t step, bool measured, bool timed) {
+  SHARDSCOPE_RETURN_IF_ERROR(JoinStreams());
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_.get(), StreamOf(0)));
+  executor_.SetHostState("cudaDeviceSynchronize (end of step)");
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  if (options_.common.hooks.after_step) SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.after_step(step, measured));
+  executor_.SetHostState("running its program");
+  if (!timed) return int64_t{0};
+  return ElapsedNs();
+}
+
+// NVTX: one range per op, its op id as the payload (and the message, for tools that show only
+// names); nvtx3 is header-only and costs nothing without a tool attached.
+void CudaRank::BeginOp(const OpPlan& op, int32_t index) {
+  nvtxEventAttributes_t attributes{};
+  attributes.version = NVTX_VERSION;
+  attributes.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  attributes.payloadType = NVTX_PAYLOAD_TYPE_INT64;
+  attributes.payload.llValue = op.op_id;
+  attributes.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  const std::string_view name = plan_.program->NameOf(plan_.program->ops[static_cast<size_t>(index)].name);
+  nvtx_message_ = fmt::format("op {} {}", op.op_id, name);
+  attributes.message.ascii = nvtx_message_.c_str();
+  nvtxRangePushEx(&attributes);
+}
+
+void CudaRank::EndOp() { nvtxRangePop(); }
+
+// ---- Device: ops
+
+Status CudaRank::Kernel(const OpPlan& /*op*/, int32_t index, int32_t /*step*/) {
+  return RunKernel(std::get<traces::KernelOp>(plan_.program->ops[static_cast<size_t>(index)].payload));
+}
+
+Status CudaRank::Memcpy(const OpPlan& /*op*/, int32_t index, int32_t /*step*/) {
+  return RunMemcpy(std::get<traces::MemcpyOp>(plan_.program->ops[static_cast<size_t>(index)].payload));
+}
+
+Status CudaRank::RecordEvent(const OpPlan& op, int32_t /*index*/, int32_t /*step*/) {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(events_by_index_[static_cast<size_t>(op.event)].get(), StreamOf(op.stream)));
+  return Status::Ok();
+}
+
+// cudaStreamWaitEvent captures the event's most recent record at call time; an event never
+// recorded is complete (the wait is a no-op), as the schedule's semantics say.
+Status CudaRank::StreamWaitEvent(const OpPlan& op, int32_t /*index*/, int32_t /*step*/) {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+      cudaStreamWaitEvent(StreamOf(op.stream), events_by_index_[static_cast<size_t>(op.event)].get(), 0));
+  return Status::Ok();
+}
+
+Status CudaRank::SynchronizeStream(const OpPlan& op) {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(StreamOf(op.stream)));
+  return Status::Ok();
+}
+
+Status CudaRank::SynchronizeDevice(const OpPlan& op) {
+  executor_.SetHostState(fmt::format("cudaDeviceSynchronize (op {})", op.op_id));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+Status CudaRank::SynchronizeEvent(const OpPlan& op) {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_by_index_[static_cast<size_t>(op.event)].get()));
+  return Status::Ok();
+}
+
+void CudaRank::HostWork(int64_t duration_ns) { SpinHostFor(SpinRequestFor(host_spin_, duration_ns)); }
+
+void CudaRank::OnReservedPeak() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    meminfo_free_at_peak_ = static_cast<int64_t>(free_bytes);
+    meminfo_total_ = static_cast<int64_t>(total_bytes);
+  }
+}
+
+// ---- Device: collective progress (GPU: cudaEventQuery from the watchdog thread, on this
+// rank's device).
+
+StatusOr<std::unique_ptr<DeviceEvent>> CudaRank::CreateEvent() {
+  SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent event, MakeEvent(false));
+  return std::unique_ptr<DeviceEvent>(std::make_unique<CudaEvent>(std::move(event)));
+}
+
+Status CudaRank::RecordOn(DeviceEvent& event, int32_t stream) {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<CudaEvent&>(event).get(), StreamOf(stream)));
+  return Status::Ok();
+}
+
+StatusOr<bool> CudaRank::QueryEvent(DeviceEvent& event) {
+  const cudaError_t result = cudaEventQuery(static_cast<CudaEvent&>(event).get());
+  if (result == cudaSuccess) return true;
+  if (result == cudaErrorNotReady) return false;
+  return CallStatus(result, "cudaEventQuery", __FILE__, __LINE__);
+}
+
+Status CudaRank::MakeCurrent() {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return Status::Ok();
+}
+
+void CudaRank::AbortCollectives() {
+  for (auto& c : comms_) {
+    if (c) c->Abort();
+  }
+  if (world_) world_->Abort();
+}
+
+void CudaRank::FillResult(RankResult& result) const {
+  if (!error_.ok()) result.finished = false;
+  result.device = device_;
+  result.operand_reserved = operand_allocator_.stats().reserved_bytes_peak;
+  result.meminfo_free_at_peak = meminfo_free_at_peak_;
+  result.meminfo_total = meminfo_total_;
+  result.graph_times = graph_times_;
+}
+
+}  // namespace shardscope::runtime::cuda
