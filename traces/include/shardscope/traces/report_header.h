@@ -1,5 +1,5 @@
 // The first keys of every report.json shardscope writes (docs/REPORT.md): `simulate`'s
-// (sim/simulation.cc) and `run`'s on either backend (runtime/src/run_result.cc), written by
+// (sim/report/src/report.cc) and `run`'s on either backend (runtime/src/run_result.cc), written by
 // one function so the reports stay comparable key for key.
 //
 //   nlohmann::ordered_json j;
