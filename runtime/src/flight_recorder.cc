@@ -43,7 +43,7 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
     const FlightRecord& r = records[i];
     const auto& coll = std::get<traces::CollectiveOp>(program.ops[static_cast<size_t>(r.op_index)].payload);
     const traces::Communicator& comm = schedule.communicators[static_cast<size_t>(r.communicator)];
-    // Element counts as sim/hang.cc writes them (CollectiveOp::bytes is nccl-tests' size).
+    // Element counts as sim/hangs/src/hang.cc writes them (CollectiveOp::bytes is nccl-tests' size).
     const traces::CollectiveCounts counts = traces::CountsOf(coll, static_cast<int32_t>(comm.ranks.size()));
     const int64_t in = counts.in_elements, out = counts.out_elements;
     const bool completed = r.completed_ns >= 0;
@@ -59,7 +59,7 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
     e["p2p_seq_id"] = r.p2p_seq;
     e["op_id"] = r.op_seq;
     // ProcessGroupNCCL::send / recv name p2p work "nccl:send 2->3" / "nccl:recv 3<-2" with
-    // ranks in the process group, as sim/hang.cc writes them.
+    // ranks in the process group, as sim/hangs/src/hang.cc writes them.
     std::string profiling_name = fmt::format("nccl:{}", traces::CollectiveTypeName(coll.type));
     if (IsP2p(coll.type)) {
       const auto group_rank = [&](int32_t global) {
@@ -105,7 +105,7 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
                                     {"last_completed_collective", lane.completed}};
   }
   nlohmann::ordered_json j;
-  j["version"] = "2.10";  // FlightRecorder.hpp version_val, as sim/hang.cc writes it
+  j["version"] = "2.10";  // FlightRecorder.hpp version_val, as sim/hangs/src/hang.cc writes it
   j["pg_config"] = pg_config;
   j["pg_status"] = pg_status;
   j["entries"] = entries;
