@@ -8,9 +8,9 @@ void WalkFsdpBackward(const LoweringContext& ctx, ProgramBuilder& b, traces::Str
   const int64_t hook_ns = ctx.plan.host.hook_overhead_ns;
   b.SetPhase(Phase::kBackward);
   // A unit's pre-backward hook runs once per pass, at the first of its modules autograd
-  // reaches (FSDP1 _pre_backward_hook: handle._ran_pre_backward_hook; FSDP2: the hook is
-  // registered on every forward output and FSDPParamGroup.pre_backward returns early once
-  // in PRE_BACKWARD).
+  // reaches (FSDP1 _pre_backward_hook returns once handle._ran_pre_backward_hook is set;
+  // FSDP2 FSDPState._register_pre_backward_hook registers _pre_backward on the unit's forward
+  // outputs with register_multi_grad_hook(mode="any"), which fires once).
   std::vector<bool> pre_backward_done(hooks.UnitCount(), false);
   const auto pre_backward = [&](size_t unit) {
     if (pre_backward_done[unit]) return;
