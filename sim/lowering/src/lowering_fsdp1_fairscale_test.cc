@@ -3,17 +3,11 @@
 // its prefetch order, the ReduceScatterBucketer, and the strategies it lacks.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <string>
-#include <variant>
-#include <vector>
-
 #include "lowering_fsdp1_test_support.h"
 
-namespace shardscope::sim {
+// In the helpers' namespace, so the tests call them unqualified.
+namespace shardscope::sim::fsdp1_test {
 namespace {
-
-using namespace fsdp1_test;  // NOLINT(build/namespaces): the helpers of these tests
 
 TEST(Fsdp1Fairscale, OptimizeBackwardConcatSavesOneUnshardedFp32Gradient) {
   // fairscale FSDP, mixed precision with fp32 gradient accumulation under no_sync over two
@@ -187,4 +181,4 @@ TEST(Fsdp1Fairscale, RejectsStrategiesFairscaleDoesNotHave) {
 }
 
 }  // namespace
-}  // namespace shardscope::sim
+}  // namespace shardscope::sim::fsdp1_test

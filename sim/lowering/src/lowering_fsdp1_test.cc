@@ -5,17 +5,11 @@
 // lowering_fsdp1_fairscale_test.cc.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <string>
-#include <variant>
-#include <vector>
-
 #include "lowering_fsdp1_test_support.h"
 
-namespace shardscope::sim {
+// In the helpers' namespace, so the tests call them unqualified.
+namespace shardscope::sim::fsdp1_test {
 namespace {
-
-using namespace fsdp1_test;  // NOLINT(build/namespaces): the helpers of these tests
 
 TEST(Fsdp1ClosedForm, FullShardMovesThreePsi) {
   // Forward all-gathers every unit (bf16), backward all-gathers again every unit but the
@@ -386,4 +380,4 @@ TEST(Fsdp1OomPolicy, CatchWithoutHooksHasOnlyTheTrainersAgreements) {
 }
 
 }  // namespace
-}  // namespace shardscope::sim
+}  // namespace shardscope::sim::fsdp1_test

@@ -37,9 +37,7 @@ inline Plan ToyPlan(const std::string& extra_model = "", const std::string& clus
                            ", hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000" + extra_model +
                            "}\ncluster: " + cluster +
                            "\nstrategy: fsdp2\ntraining: {seq_len: 128, micro_batch_size: 1}\n";
-  StatusOr<Plan> plan = ParsePlan(yaml, "<test>");
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  Plan p = plan.ok() ? *plan : Plan{};
+  Plan p = test_support::MustParsePlan(yaml);
   p.strategy = Strategy::kFsdp1;
   return p;
 }
