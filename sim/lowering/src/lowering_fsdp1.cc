@@ -7,8 +7,10 @@
 // strategies, HSDP process groups).
 // fairscale: fairscale/nn/data_parallel/fully_sharded_data_parallel.py and
 // fairscale/nn/misc/flatten_params_wrapper.py.
+//
+// This file: units, unshard / reshard with their streams and the all-gather limiter, forward,
+// the step; the backward hooks and the gradient reduction are in lowering_fsdp1_backward.cc.
 #include <algorithm>
-#include <cmath>
 #include <deque>
 #include <string>
 #include <vector>
