@@ -6,13 +6,32 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <string>
 
 #include "shardscope/sim/engine/engine.h"
 #include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
 #include "shardscope/sim/report/report.h"
 #include "shardscope/traces/schedule.h"
 
 namespace shardscope::sim::test_support {
+
+// A 2-block toy model (hidden 256) on one 8-GPU node under DDP, bf16, with
+// `grad_accum_steps` micro-batches (the ZeRO tests set their strategy on the parsed plan).
+inline std::string ToyDdpYaml(int32_t grad_accum_steps) {
+  return "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}\n"
+         "cluster: {preset: dgx-a100, nodes: 1}\n"
+         "strategy: ddp\n"
+         "training: {seq_len: 128, micro_batch_size: 1, grad_accum_steps: " +
+         std::to_string(grad_accum_steps) + ", dtype: bf16}\n";
+}
+
+// ParsePlan of a test's YAML; a failure fails the test and gives a default Plan.
+inline Plan MustParsePlan(const std::string& yaml) {
+  StatusOr<Plan> plan = ParsePlan(yaml, "<test>");
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return plan.ok() ? *plan : Plan{};
+}
 
 // LowerPlan + ValidateSchedule; a failure fails the test and gives an empty schedule.
 inline traces::Schedule MustLower(const Plan& plan) {

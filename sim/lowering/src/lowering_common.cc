@@ -10,10 +10,6 @@
 
 namespace shardscope::sim {
 
-using traces::CollectiveType;
-using traces::DType;
-using traces::DTypeSize;
-
 DataParallelMesh MeshOf(const Plan& plan) {
   const int32_t world = plan.cluster.world_size();
   DataParallelMesh mesh;
@@ -262,6 +258,17 @@ void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel, int
   // exp_avg_sq and writes param, exp_avg, exp_avg_sq (all in the parameters' dtype: the
   // moments are zeros_like(param)).
   b.MemoryKernel(stream, "optimizer.adamw", 4 * state_bytes * numel, 3 * state_bytes * numel);
+}
+
+void AllocateOptimizerState(ProgramBuilder& b, traces::StreamIndex stream, const std::string& name, int64_t bytes) {
+  for (const char* state : {"param_shard.", "exp_avg.", "exp_avg_sq."}) b.Allocate(state + name, bytes, stream);
+}
+
+void EmitAdamWStep(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                   const std::string& module, int64_t numel, int64_t state_bytes) {
+  b.SetModule(module);
+  b.HostWork("python op", ctx.plan.host.python_op_overhead_ns);
+  EmitAdamW(b, stream, numel, state_bytes);
 }
 
 void EmitClipGradNorm(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,

@@ -10,11 +10,6 @@
 namespace shardscope::sim {
 namespace {
 
-using traces::CollectiveType;
-using traces::DType;
-using traces::DTypeSize;
-using traces::Phase;
-
 // ---------------------------------------------------------------------------------------
 // DDP: torch/nn/parallel/distributed.py and torch/csrc/distributed/c10d/reducer.cpp, with
 // torch.autocast(bf16): fp32 parameters and gradients, bf16 GEMMs.
@@ -188,9 +183,7 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
   b.SetModule("");
   EmitClipGradNorm(ctx, b, compute, total_numel, /*sharded=*/false, dp);
   for (const ModuleKernels& module : ctx.modules) {
-    b.SetModule(module.name);
-    b.HostWork("python op", plan.host.python_op_overhead_ns);
-    EmitAdamW(b, compute, module.param_numel(), ctx.MasterBytes());
+    EmitAdamWStep(ctx, b, compute, module.name, module.param_numel(), ctx.MasterBytes());
   }
   for (const ModuleKernels& module : ctx.modules) b.Free("grad." + module.name);
   return b.Finish();

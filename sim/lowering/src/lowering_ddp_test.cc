@@ -25,15 +25,7 @@ using traces::Schedule;
 constexpr int32_t kAccum = 4;
 
 Plan DdpPlan(bool no_sync) {
-  const std::string yaml =
-      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}\n"
-      "cluster: {preset: dgx-a100, nodes: 1}\n"
-      "strategy: ddp\n"
-      "training: {seq_len: 128, micro_batch_size: 1, grad_accum_steps: " +
-      std::to_string(kAccum) + ", dtype: bf16}\n";
-  StatusOr<Plan> plan = ParsePlan(yaml, "<test>");
-  EXPECT_TRUE(plan.ok()) << plan.status().message();
-  Plan out = *plan;
+  Plan out = test_support::MustParsePlan(test_support::ToyDdpYaml(kAccum));
   out.ddp.no_sync = no_sync;
   return out;
 }

@@ -4,345 +4,18 @@
 // FSDPModule setter of the same name; the source each decision follows is cited beside it.
 // Paths are in pytorch/pytorch under torch/distributed/fsdp/_fully_shard/ unless they name
 // torchtitan.
+//
+// This file: unshard / reshard, forward, the backward hooks with foreach_reduce and the step;
+// the units and their prefetch lists are built in lowering_fsdp2_units.cc.
 #include <algorithm>
-#include <limits>
-#include <map>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "lowering_internal.h"
+#include "lowering_fsdp2.h"
 
 namespace shardscope::sim {
-namespace {
-
-using traces::CollectiveType;
-using traces::DType;
-using traces::DTypeSize;
-using traces::Phase;
-
-constexpr size_t kNoUnit = std::numeric_limits<size_t>::max();
-
-// What a unit does with its unsharded parameters at post-forward
-// (FSDPParamGroup.reshard in the FORWARD state, _fsdp_param_group.py).
-enum class AfterForward : uint8_t {
-  kReshard,      // post_forward_mesh_info == mesh_info: free, all-gather again in backward
-  kKeep,         // post_forward_mesh_info None: keep them for backward
-  kPostForward,  // a smaller post-forward mesh: keep a 1/k slice (to_sharded_post_forward)
-};
-
-// ---------------------------------------------------------------------------------------
-// FSDP2: fully_shard per transformer block plus the root module, as torchtitan's apply_fsdp
-// wraps a model.
-
-struct Fsdp2Unit {
-  std::string name;             // "embed", "layers.<i>" (first block), "head", "root",
-                                // "layers.<i>.moe.experts"
-  std::vector<size_t> modules;  // indices into ctx.modules (an expert unit: its block)
-  bool expert = false;          // fully_shard(transformer_block.moe.experts) nested in a block
-  int32_t first_block = -1;     // block index of the unit's first block (its expert's block)
-  std::vector<size_t> expert_units;  // a block unit: its blocks' nested expert units
-  int64_t shard_numel = 0;      // per rank, every parameter padded to a multiple of the group
-  int32_t group_size = 1;       // ranks the unit is sharded over
-  std::string comm;             // their communicator slot
-  // Unsharded gradients autograd produces for the unit (tensor name, elements).
-  std::vector<std::pair<std::string, int64_t>> grads;
-  AfterForward after_forward = AfterForward::kReshard;
-  int32_t post_forward_size = 0;  // kPostForward: ranks of the post-forward shard group
-
-  // Lowering state.
-  bool unsharded = false;             // unsharded parameters are allocated
-  bool all_gather_issued = false;     // all-gather issued, not yet waited for
-  bool post_forward_sharded = false;  // holds the post-forward slice instead of its shard
-  bool grad_shard = false;            // the sharded fp32 .grad exists
-  bool accumulated_grad = false;      // unsharded_accumulated_grad (or a kept .grad) exists
-  DType accumulated_dtype = DType::kFloat32;
-  bool partial_reduce = false;        // HSDP: reduce-scattered but not yet all-reduced output
-};
-
-class Fsdp2Lowering {
- public:
-  explicit Fsdp2Lowering(const LoweringContext& ctx) : ctx_(ctx), b_("fsdp2") {}
-
-  StatusOr<traces::Program> Lower();
-
- private:
-  Status BuildUnits();
-  StatusOr<std::vector<size_t>> ResolveNames(const std::string& owner, const std::vector<std::string>& names) const;
-  Status BuildPrefetchTargets();
-  void AppendWithExperts(std::vector<size_t>& targets, size_t source, size_t target) const;
-
-  int64_t ParamBytes() const { return DTypeSize(param_dtype_); }
-  int64_t ReduceBytes() const { return DTypeSize(reduce_dtype_); }
-  int64_t UnshardedNumel(const Fsdp2Unit& u) const { return u.shard_numel * u.group_size; }
-  int64_t GradNumel(const Fsdp2Unit& u) const;
-  bool Hsdp(const Fsdp2Unit& u) const { return mesh_.replicate > 1 && !u.expert; }
-  bool LastMicroBatch(int32_t micro_batch) const {
-    return micro_batch + 1 == ctx_.plan.training.grad_accum_steps;
-  }
-  bool ReducesThisMicroBatch(const Fsdp2Unit& u, int32_t micro_batch) const;
-
-  void Unshard(size_t unit);
-  void WaitForUnshard(size_t unit, bool forward);
-  void ReleaseForwardAllGatherState();
-  void ReshardAfterForward(size_t unit);
-  void Reshard(size_t unit);
-  void PreForward(size_t unit);
-  void PreBackward(size_t unit, bool prefetch);
-  void PostBackward(size_t unit, int32_t micro_batch);
-  void Forward();
-  void Backward(int32_t micro_batch);
-
-  const LoweringContext& ctx_;
-  ProgramBuilder b_;
-  DataParallelMesh mesh_;
-  DType param_dtype_ = DType::kBFloat16;
-  DType reduce_dtype_ = DType::kFloat32;
-  traces::StreamIndex compute_ = 0, copy_in_ = 0, all_gather_ = 0, reduce_scatter_ = 0, all_reduce_ = 0;
-  std::vector<Fsdp2Unit> units_;
-  std::vector<size_t> order_;                      // non-expert units in forward order
-  std::vector<size_t> unit_of_module_;
-  std::vector<std::vector<size_t>> experts_of_module_;  // expert units nested in a module
-  std::vector<std::vector<size_t>> forward_prefetch_, backward_prefetch_;
-  int64_t forward_all_gather_state_ = -1;  // unit whose all-gather output awaits its free
-  int64_t reduce_scatter_state_ = -1;      // unit whose reduce-scatter input awaits its free
-  std::string last_post_reduce_rs_;        // last post-reduce event on the reduce-scatter stream
-  std::string last_post_reduce_ar_;        // ... on the all-reduce stream (HSDP)
-  std::vector<std::string> all_reduce_state_;  // HSDP all-reduce buffers kept to end of backward
-};
-
-// ---- Units --------------------------------------------------------------------------------
-
-Status Fsdp2Lowering::BuildUnits() {
-  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
-  const int32_t shard = mesh_.shard;
-  const int32_t ep = std::max<int32_t>(1, ctx_.plan.moe.expert_parallel);
-  // torchtitan/models/llama4/infra/parallelize.py apply_fsdp: with ep_degree > 1, every MoE
-  // block's routed experts get their own fully_shard on the dp_mod_ep ("efsdp") mesh —
-  // the world_size / ep ranks holding the same experts (our ep_dp group) — before the block's
-  // fully_shard on dp_mesh, which then holds the block's dense part (attention, router,
-  // norms). Without EP the experts stay inside the block's unit.
-  const bool nested_experts = ep > 1 && ctx_.plan.model.experts > 1;
-  const int32_t expert_group = ctx_.world_size / ep;
-
-  if (cfg.blocks_per_unit < 1) {
-    return Status::InvalidInput(fmt::format("fsdp2.blocks_per_unit must be at least 1, got {}", cfg.blocks_per_unit));
-  }
-  if (cfg.forward_prefetch < 0 || cfg.backward_prefetch < 0 || cfg.gradient_sync_every_k_blocks < 0) {
-    return Status::InvalidInput("fsdp2.forward_prefetch, backward_prefetch and gradient_sync_every_k_blocks "
-                                "must not be negative");
-  }
-
-  // reshard_after_forward as fully_shard resolves it (_fully_shard.py fully_shard:
-  // auto_reshard_after_forward = reshard_after_forward is None, and None is passed on as True;
-  // _fsdp_init.py _get_post_forward_mesh_info: an int must divide the shard-group size, 1
-  // means False and the shard-group size means True; otherwise a post-forward mesh of
-  // mesh.view(-1, k) — consecutive groups of k ranks, our dp_post_forward slot).
-  AfterForward knob = AfterForward::kReshard;
-  int32_t post_forward_size = 0;
-  switch (cfg.reshard_after_forward) {
-    case ReshardAfterForward::kTrue:
-    case ReshardAfterForward::kNone: knob = AfterForward::kReshard; break;
-    case ReshardAfterForward::kFalse: knob = AfterForward::kKeep; break;
-    case ReshardAfterForward::kInt: {
-      const int32_t k = cfg.reshard_after_forward_size;
-      if (k < 1 || k > shard || shard % k != 0) {
-        return Status::InvalidInput(fmt::format(
-            "fsdp2.reshard_after_forward {} must be a factor of the shard-group size {} "
-            "(fully_shard raises the same ValueError)", k, shard));
-      }
-      if (k == 1) {
-        knob = AfterForward::kKeep;
-      } else if (k == shard) {
-        knob = AfterForward::kReshard;
-      } else {
-        knob = AfterForward::kPostForward;
-        post_forward_size = k;
-      }
-      break;
-    }
-  }
-
-  const auto add_unit = [&](std::string name, std::vector<size_t> modules, AfterForward after) {
-    Fsdp2Unit unit;
-    unit.name = std::move(name);
-    unit.modules = std::move(modules);
-    unit.group_size = shard;
-    unit.comm = kCommShard;
-    unit.after_forward = after;
-    unit.post_forward_size = after == AfterForward::kPostForward ? post_forward_size : 0;
-    unit.first_block = BlockIndex(ctx_.modules[unit.modules.front()]);
-    order_.push_back(units_.size());
-    units_.push_back(std::move(unit));
-    return units_.size() - 1;
-  };
-
-  const size_t n = ctx_.modules.size();
-  unit_of_module_.assign(n, kNoUnit);
-  experts_of_module_.assign(n, {});
-  if (cfg.root_only) {
-    // fully_shard(model) alone: one parameter group for the whole model, which is the root.
-    // FSDPState._lazy_init (_fsdp_state.py): for the root, when reshard_after_forward was
-    // left None, post_forward_mesh_info = None — it keeps its parameters after forward ("the
-    // parameters would be freed and all-gathered immediately"); it does so only when
-    // _auto_reshard_after_forward, so an explicit True / int is honoured for the root as for
-    // any unit. torchtitan never wraps a model this way.
-    std::vector<size_t> all(n);
-    for (size_t m = 0; m < n; ++m) all[m] = m;
-    const AfterForward root_after = cfg.reshard_after_forward == ReshardAfterForward::kNone ? AfterForward::kKeep : knob;
-    const size_t u = add_unit("root", all, root_after);
-    for (size_t m = 0; m < n; ++m) unit_of_module_[m] = u;
-  } else {
-    // Units as torchtitan's apply_fsdp (torchtitan/models/llama3/infra/parallelize.py) wraps
-    // a model: fully_shard(tok_embeddings), fully_shard(block) for each block (here: each
-    // group of blocks_per_unit consecutive blocks), fully_shard([norm, output]), then
-    // fully_shard(model) — a root that holds no parameters of its own, so reshard_after_forward
-    // None behaves as True for every unit. The embedding and the blocks follow
-    // reshard_after_forward; [norm, output] keeps its parameters after forward (torchtitan
-    // passes reshard_after_forward_policy == "always", False by default: backward needs them
-    // at once).
-    for (size_t m = 0; m < n;) {
-      const ModuleKernels& module = ctx_.modules[m];
-      std::vector<size_t> members{m};
-      if (IsBlock(module)) {
-        while (members.size() < static_cast<size_t>(cfg.blocks_per_unit) && m + members.size() < n &&
-               IsBlock(ctx_.modules[m + members.size()])) {
-          members.push_back(m + members.size());
-        }
-      }
-      const bool head = m + members.size() == n && !IsBlock(module) && m != 0;
-      const size_t u = add_unit(module.name, members, head ? AfterForward::kKeep : knob);
-      for (size_t member : members) unit_of_module_[member] = u;
-      m += members.size();
-    }
-  }
-
-  // Parameters of each unit, and the nested expert units.
-  for (size_t u = 0, count = units_.size(); u < count; ++u) {
-    for (size_t m : units_[u].modules) {
-      const ModuleKernels& module = ctx_.modules[m];
-      const bool split = nested_experts && IsBlock(module) && LocalExpertNumel(ctx_, module) > 0;
-      int64_t dense = 0;
-      for (const ParamTensor& param : module.params) {
-        if (split && IsExpertParam(param)) continue;
-        // FSDPParam shards dim 0 with padding to a multiple of the group size; with only
-        // numel known we pad the flat size (exact for 1-D and for dim-0 multiples).
-        units_[u].shard_numel += (param.numel + shard - 1) / shard;
-        dense += param.numel;
-      }
-      units_[u].grads.emplace_back("grad." + module.name, dense);
-      if (!split) continue;
-      Fsdp2Unit experts;
-      experts.name = module.name + ".moe.experts";
-      experts.modules = {m};
-      experts.expert = true;
-      experts.first_block = BlockIndex(module);
-      experts.group_size = expert_group;
-      experts.comm = kCommExpertData;
-      // torchtitan passes the blocks' reshard_after_forward to the experts. A post-forward
-      // mesh for them would be a view of the efsdp mesh (ranks strided by ep), which is not
-      // the dp_post_forward group: estimate — an int reshards them fully. (None: the experts
-      // are never the root, so True.)
-      experts.after_forward = knob == AfterForward::kPostForward ? AfterForward::kReshard : knob;
-      for (const ParamTensor& param : module.params) {
-        if (!IsExpertParam(param)) continue;
-        const int64_t local = param.numel / ep;  // ExpertParallel shards dim 0 (experts) over ep
-        experts.shard_numel += (local + expert_group - 1) / expert_group;
-      }
-      experts.grads.emplace_back("grad." + experts.name, LocalExpertNumel(ctx_, module));
-      units_[u].expert_units.push_back(units_.size());
-      experts_of_module_[m].push_back(units_.size());
-      units_.push_back(std::move(experts));
-    }
-  }
-  return Status::Ok();
-}
-
-int64_t Fsdp2Lowering::GradNumel(const Fsdp2Unit& u) const {
-  int64_t numel = 0;
-  for (const auto& [name, count] : u.grads) numel += count;
-  return numel;
-}
-
-StatusOr<std::vector<size_t>> Fsdp2Lowering::ResolveNames(const std::string& owner,
-                                                          const std::vector<std::string>& names) const {
-  std::vector<size_t> out;
-  for (const std::string& name : names) {
-    const auto it = std::find_if(units_.begin(), units_.end(), [&](const Fsdp2Unit& u) { return u.name == name; });
-    if (it == units_.end()) {
-      std::string known;
-      for (const Fsdp2Unit& u : units_) known += (known.empty() ? "" : ", ") + u.name;
-      return Status::InvalidInput(fmt::format("fsdp2.{} names unknown unit '{}' (units: {})", owner, name, known));
-    }
-    out.push_back(static_cast<size_t>(it - units_.begin()));
-  }
-  return out;
-}
-
-// A count-based prefetch of a block's successor also prefetches that block's experts, as
-// torchtitan does with EP (apply_fsdp: transformer_block.set_modules_to_forward_prefetch(
-// [next_block, next_block.moe.experts]), and the same backwards); the embedding and the
-// head prefetch only the neighbouring block.
-void Fsdp2Lowering::AppendWithExperts(std::vector<size_t>& targets, size_t source, size_t target) const {
-  targets.push_back(target);
-  if (units_[source].first_block < 0 || units_[source].expert) return;
-  for (size_t e : units_[target].expert_units) targets.push_back(e);
-}
-
-Status Fsdp2Lowering::BuildPrefetchTargets() {
-  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
-  forward_prefetch_.assign(units_.size(), {});
-  backward_prefetch_.assign(units_.size(), {});
-  bool has_experts = false;
-  for (const Fsdp2Unit& u : units_) has_experts = has_experts || u.expert;
-  // torchtitan sets explicit prefetching whenever ep_degree > 1 ("D2H syncs in EP could
-  // interfere with implicit prefetching"): one unit ahead both ways, with the experts. We
-  // follow it when the plan asks for nothing else.
-  const bool plan_sets_prefetch = cfg.forward_prefetch != 0 || cfg.backward_prefetch != 1 ||
-                                  !cfg.forward_prefetch_units.empty() || !cfg.backward_prefetch_units.empty();
-  const int32_t forward_count = has_experts && !plan_sets_prefetch ? 1 : cfg.forward_prefetch;
-  const int32_t backward_count = cfg.backward_prefetch;
-
-  for (size_t pos = 0; pos < order_.size(); ++pos) {
-    const size_t u = order_[pos];
-    // set_modules_to_forward_prefetch: FSDPState._pre_forward unshards these after the
-    // unit's own pre_forward (unshard + wait_for_unshard), in forward order.
-    for (int32_t k = 1; k <= forward_count && pos + static_cast<size_t>(k) < order_.size(); ++k) {
-      AppendWithExperts(forward_prefetch_[u], u, order_[pos + static_cast<size_t>(k)]);
-    }
-    // Backward: FSDPParamGroup._backward_prefetch (default_prefetch, one unit ahead in the
-    // reverse post-forward order) when no explicit list; set_modules_to_backward_prefetch
-    // replaces it (FSDPState._pre_backward: default_prefetch = no explicit list). A count
-    // n > 1 is the explicit list of the next n units; 0 prefetches nothing.
-    for (int32_t k = 1; k <= backward_count && pos >= static_cast<size_t>(k); ++k) {
-      AppendWithExperts(backward_prefetch_[u], u, order_[pos - static_cast<size_t>(k)]);
-    }
-  }
-  for (const auto& [name, targets] : cfg.forward_prefetch_units) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<size_t> owner, ResolveNames("forward_prefetch_units", {name}));
-    SHARDSCOPE_ASSIGN_OR_RETURN(forward_prefetch_[owner.front()],
-                                ResolveNames("forward_prefetch_units." + name, targets));
-  }
-  for (const auto& [name, targets] : cfg.backward_prefetch_units) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<size_t> owner, ResolveNames("backward_prefetch_units", {name}));
-    SHARDSCOPE_ASSIGN_OR_RETURN(backward_prefetch_[owner.front()],
-                                ResolveNames("backward_prefetch_units." + name, targets));
-  }
-  return Status::Ok();
-}
-
-bool Fsdp2Lowering::ReducesThisMicroBatch(const Fsdp2Unit& u, int32_t micro_batch) const {
-  const Fsdp2Config& cfg = ctx_.plan.fsdp2;
-  if (LastMicroBatch(micro_batch) || cfg.requires_gradient_sync == GradientSync::kEveryMicroBatch) return true;
-  // set_requires_gradient_sync(False, recurse=False) on all but every k-th block: those keep
-  // reducing every micro-batch (FSDPModule.set_requires_gradient_sync sets reduce_grads per
-  // parameter group). The embedding, the head and the root are not blocks.
-  const int32_t k = cfg.gradient_sync_every_k_blocks;
-  return k > 0 && u.first_block >= 0 && u.first_block % k == 0;
-}
-
-// ---- Program --------------------------------------------------------------------------------
 
 StatusOr<traces::Program> Fsdp2Lowering::Lower() {
   const Plan& plan = ctx_.plan;
@@ -370,9 +43,7 @@ StatusOr<traces::Program> Fsdp2Lowering::Lower() {
   b_.SetPhase(Phase::kNone);
   for (const Fsdp2Unit& unit : units_) {
     b_.SetModule(unit.name);
-    for (const char* state : {"param_shard.", "exp_avg.", "exp_avg_sq."}) {
-      b_.Allocate(state + unit.name, unit.shard_numel * ctx_.MasterBytes(), compute_);
-    }
+    AllocateOptimizerState(b_, compute_, unit.name, unit.shard_numel * ctx_.MasterBytes());
   }
 
   for (int32_t mb = 0; mb < plan.training.grad_accum_steps; ++mb) {
@@ -402,9 +73,7 @@ StatusOr<traces::Program> Fsdp2Lowering::Lower() {
   // Optimizer step on the local shards, then zero_grad(set_to_none=True) frees the sharded
   // gradients (torch/optim/optimizer.py Optimizer.zero_grad).
   for (const Fsdp2Unit& unit : units_) {
-    b_.SetModule(unit.name);
-    b_.HostWork("python op", plan.host.python_op_overhead_ns);
-    EmitAdamW(b_, compute_, unit.shard_numel, ctx_.MasterBytes());
+    EmitAdamWStep(ctx_, b_, compute_, unit.name, unit.shard_numel, ctx_.MasterBytes());
   }
   for (Fsdp2Unit& unit : units_) {
     if (unit.grad_shard) b_.Free("grad_shard." + unit.name);
@@ -417,7 +86,7 @@ StatusOr<traces::Program> Fsdp2Lowering::Lower() {
 // stream, cast the fp32 shard to param_dtype, allocate the flat all-gather output and copy
 // the local shard into it (all_gather_copy_in); the all-gather stream waits for the
 // copy-in and runs all_gather_into_tensor; an event marks its completion.
-void Fsdp2Lowering::Unshard(size_t unit_index) {
+void Fsdp2Lowering::UnshardUnit(size_t unit_index) {
   Fsdp2Unit& u = units_[unit_index];
   if (u.unsharded || u.all_gather_issued) return;
   const std::string& n = u.name;
@@ -539,19 +208,9 @@ void Fsdp2Lowering::Reshard(size_t unit_index) {
 // its pre-forward while this unit still computes: FSDP2's implicit forward prefetch.
 void Fsdp2Lowering::PreForward(size_t unit) {
   b_.HostWork("FSDP::pre_forward", ctx_.plan.host.hook_overhead_ns);
-  Unshard(unit);
+  UnshardUnit(unit);
   WaitForUnshard(unit, /*forward=*/true);
-  for (size_t target : forward_prefetch_[unit]) Unshard(target);
-}
-
-// FSDPState._pre_backward -> FSDPParamGroup.pre_backward: unshard + wait (a no-op when
-// prefetched or kept), then _backward_prefetch or the explicit list.
-void Fsdp2Lowering::PreBackward(size_t unit, bool prefetch) {
-  b_.HostWork("FSDP::pre_backward", ctx_.plan.host.hook_overhead_ns);
-  Unshard(unit);
-  WaitForUnshard(unit, /*forward=*/false);
-  if (!prefetch) return;
-  for (size_t target : backward_prefetch_[unit]) Unshard(target);
+  for (size_t target : forward_prefetch_[unit]) UnshardUnit(target);
 }
 
 void Fsdp2Lowering::Forward() {
@@ -592,8 +251,60 @@ void Fsdp2Lowering::Forward() {
   EmitLossForward(ctx_, b_, compute_);
 }
 
+void Fsdp2Lowering::Backward(int32_t micro_batch) {
+  micro_batch_ = micro_batch;
+  WalkFsdpBackward(ctx_, b_, compute_, *this);
+}
+
+// Autograd allocates the unsharded gradients (param dtype) as the block's backward runs:
+// the unit's gradient of this module, then its nested experts'. Units in backward order are
+// the reverse of post-forward order ([norm, output] first, the embedding last; FSDP2's
+// _backward_prefetch walks post_forward_order backwards). Activation checkpointing
+// recomputes inside the unit, whose parameters are unsharded: no extra all-gather
+// (FSDPState._pre_forward skips the unshard in PRE_BACKWARD). The block's experts run first
+// in its backward (the MoE is the block's last part); their pre-backward hook fires after the
+// block's, so their unshard (a no-op when the previous unit prefetched them, as torchtitan's
+// EP lists do) queues behind the block's prefetches, and their post-backward (their input
+// gradient is ready before attention's backward) comes before the unit's.
+void Fsdp2Lowering::AllocateGradients(size_t m) {
+  const ModuleKernels& module = ctx_.modules[m];
+  for (const auto& [grad, numel] : units_[unit_of_module_[m]].grads) {
+    if (grad == "grad." + module.name) b_.Allocate(grad, numel * ParamBytes(), compute_);
+  }
+  for (size_t experts : experts_of_module_[m]) {
+    for (const auto& [grad, numel] : units_[experts].grads) b_.Allocate(grad, numel * ParamBytes(), compute_);
+  }
+}
+
+void Fsdp2Lowering::FreeReduceScatterState() {
+  if (reduce_scatter_state_ < 0) return;
+  const std::string& prev = units_[static_cast<size_t>(reduce_scatter_state_)].name;
+  b_.Wait(compute_, b_.Event("reduce_scatter." + prev));
+  b_.Free("reduce_scatter_input." + prev);
+  reduce_scatter_state_ = -1;
+}
+
+// FSDPState._root_post_backward_final_callback -> finalize_backward: the current stream
+// waits for each group's post-reduce event (each stream is FIFO, so its last event covers
+// the others) and for the last reduce-scatter, whose input is then freed; HSDP's
+// all-reduce buffers (_all_reduce_state) are dropped.
+void Fsdp2Lowering::FinalCallback() {
+  if (!last_post_reduce_rs_.empty()) {
+    b_.Wait(compute_, b_.Event(last_post_reduce_rs_));
+    last_post_reduce_rs_.clear();
+  }
+  if (!last_post_reduce_ar_.empty()) {
+    b_.Wait(compute_, b_.Event(last_post_reduce_ar_));
+    last_post_reduce_ar_.clear();
+  }
+  FreeReduceScatterState();
+  for (const std::string& buffer : all_reduce_state_) b_.Free(buffer);
+  all_reduce_state_.clear();
+}
+
 // FSDPParamGroup.post_backward -> foreach_reduce (_fsdp_collectives.py).
-void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
+void Fsdp2Lowering::PostBackward(size_t unit_index) {
+  const int32_t micro_batch = micro_batch_;
   Fsdp2Unit& u = units_[unit_index];
   const std::string& n = u.name;
   const Fsdp2Config& cfg = ctx_.plan.fsdp2;
@@ -642,12 +353,7 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   if (reshard) Reshard(unit_index);
   // The previous reduce-scatter's input is freed once the current stream has waited for it
   // (comm_ctx.reduce_scatter_state), so about one reduce-scatter runs ahead of compute.
-  if (reduce_scatter_state_ >= 0) {
-    const std::string& prev = units_[static_cast<size_t>(reduce_scatter_state_)].name;
-    b_.Wait(compute_, b_.Event("reduce_scatter." + prev));
-    b_.Free("reduce_scatter_input." + prev);
-    reduce_scatter_state_ = -1;
-  }
+  FreeReduceScatterState();
   // foreach_reduce: the reduce-scatter input in reduce_dtype, padded to the group
   // (_get_dim0_padded_size); chunk_cat widens (bf16 -> fp32) in one kernel, a narrowing
   // (fp32 -> bf16) goes through a gradient-dtype buffer and a copy.
@@ -766,66 +472,6 @@ void Fsdp2Lowering::PostBackward(size_t unit_index, int32_t micro_batch) {
   (post_reduce == reduce_scatter_ ? last_post_reduce_rs_ : last_post_reduce_ar_) = "post_reduce." + n;
   reduce_scatter_state_ = static_cast<int64_t>(unit_index);
 }
-
-void Fsdp2Lowering::Backward(int32_t micro_batch) {
-  b_.SetPhase(Phase::kBackward);
-  // Units in backward order are the reverse of post-forward order ([norm, output] first, the
-  // embedding last; FSDP2's _backward_prefetch walks post_forward_order backwards).
-  std::vector<bool> pre_backward_done(units_.size(), false);
-  // The loss's backward first: the pre-backward hooks fire on the model output's gradient.
-  EmitLossBackward(ctx_, b_, compute_);
-  // Module order in backward: head, layers.L-1 .. layers.0, embed.
-  for (size_t step = 0; step < ctx_.modules.size(); ++step) {
-    const size_t m = ctx_.modules.size() - 1 - step;
-    const ModuleKernels& module = ctx_.modules[m];
-    const size_t unit = unit_of_module_[m];
-    b_.SetModule(module.name);
-    if (!pre_backward_done[unit]) {
-      pre_backward_done[unit] = true;
-      PreBackward(unit, /*prefetch=*/true);
-    }
-    // The block's experts run first in its backward (the MoE is the block's last part); their
-    // pre-backward hook fires after the block's, so their unshard (a no-op when the previous
-    // unit prefetched them, as torchtitan's EP lists do) queues behind the block's prefetches.
-    for (size_t experts : experts_of_module_[m]) PreBackward(experts, /*prefetch=*/true);
-    // Autograd allocates the unsharded gradients (param dtype) as the block's backward runs.
-    // Activation checkpointing recomputes inside the unit, whose parameters are unsharded:
-    // no extra all-gather (FSDPState._pre_forward skips the unshard in PRE_BACKWARD).
-    for (const auto& [grad, numel] : units_[unit].grads) {
-      if (grad == "grad." + module.name) b_.Allocate(grad, numel * ParamBytes(), compute_);
-    }
-    for (size_t experts : experts_of_module_[m]) {
-      for (const auto& [grad, numel] : units_[experts].grads) b_.Allocate(grad, numel * ParamBytes(), compute_);
-    }
-    EmitBackwardKernels(ctx_, b_, compute_, module, KernelPart::kModel);
-    // The experts' post-backward (their input gradient is ready before attention's
-    // backward), then the unit's once its first module is done.
-    for (size_t experts : experts_of_module_[m]) PostBackward(experts, micro_batch);
-    if (units_[unit].modules.front() == m) PostBackward(unit, micro_batch);
-  }
-  // FSDPState._root_post_backward_final_callback -> finalize_backward: the current stream
-  // waits for each group's post-reduce event (each stream is FIFO, so its last event covers
-  // the others) and for the last reduce-scatter, whose input is then freed; HSDP's
-  // all-reduce buffers (_all_reduce_state) are dropped.
-  if (!last_post_reduce_rs_.empty()) {
-    b_.Wait(compute_, b_.Event(last_post_reduce_rs_));
-    last_post_reduce_rs_.clear();
-  }
-  if (!last_post_reduce_ar_.empty()) {
-    b_.Wait(compute_, b_.Event(last_post_reduce_ar_));
-    last_post_reduce_ar_.clear();
-  }
-  if (reduce_scatter_state_ >= 0) {
-    const std::string& prev = units_[static_cast<size_t>(reduce_scatter_state_)].name;
-    b_.Wait(compute_, b_.Event("reduce_scatter." + prev));
-    b_.Free("reduce_scatter_input." + prev);
-    reduce_scatter_state_ = -1;
-  }
-  for (const std::string& buffer : all_reduce_state_) b_.Free(buffer);
-  all_reduce_state_.clear();
-}
-
-}  // namespace
 
 StatusOr<LoweredPrograms> LowerFsdp2(const LoweringContext& ctx) {
   LoweredPrograms out;

@@ -22,6 +22,13 @@
 
 namespace shardscope::sim {
 
+// The schedule IR's names every lowering file spells often (this header is private to
+// sim/lowering, so the shorthand stays inside the stage).
+using traces::CollectiveType;
+using traces::DType;
+using traces::DTypeSize;
+using traces::Phase;
+
 inline constexpr int64_t kFp32Bytes = 4;
 
 struct LoweringContext {
@@ -130,6 +137,16 @@ std::vector<std::vector<size_t>> GradReadyAfter(const ModuleKernels& module);
 // AdamW over `numel` parameters of `state_bytes` each (with their gradient and two moments in
 // the same dtype): one multi-tensor kernel.
 void EmitAdamW(ProgramBuilder& b, traces::StreamIndex stream, int64_t numel, int64_t state_bytes);
+
+// The optimizer state of one parameter shard that lives across steps: its master copy
+// ("param_shard.<name>") and AdamW's two moments ("exp_avg.<name>", "exp_avg_sq.<name>"),
+// `bytes` each.
+void AllocateOptimizerState(ProgramBuilder& b, traces::StreamIndex stream, const std::string& name, int64_t bytes);
+
+// The step over one module's (or FSDP unit's) parameters, tagged with it: the Python op of
+// the optimizer's per-group loop, then EmitAdamW.
+void EmitAdamWStep(const LoweringContext& ctx, ProgramBuilder& b, traces::StreamIndex stream,
+                   const std::string& module, int64_t numel, int64_t state_bytes);
 
 // clip_grad_norm_(max_norm) over the rank's `grad_numel` fp32 gradients: a norm kernel, the
 // all-reduce of the squared norm over `comm` when gradients are sharded (`sharded`), and the
