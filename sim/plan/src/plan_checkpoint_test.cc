@@ -13,11 +13,6 @@ namespace shardscope::sim {
 namespace {
 
 using ::testing::HasSubstr;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
-using plan_test_support::Plan16;
-using plan_test_support::kDense4;
-using plan_test_support::kMoe4;
 
 TEST(PlanCheckpointTest, Consolidation) {
   Plan plan =

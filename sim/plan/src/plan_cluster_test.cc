@@ -15,10 +15,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using plan_test_support::GpuPresetOfArch;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
 
 TEST(PlanTest, GpuMemoryOverrideReproducesPreset) {
   const Plan plan = ParseOk(Lines({

@@ -11,10 +11,6 @@
 namespace shardscope::sim {
 namespace {
 
-using plan_test_support::Lines;
-using plan_test_support::ParseOk;
-using plan_test_support::Plan16;
-using plan_test_support::kDense4;
 
 TEST(PlanTest, DdpPlan) {
   const Plan plan = ParseOk(Lines({

@@ -16,12 +16,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using plan_test_support::GpuPresetOfArch;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
-using plan_test_support::Plan16;
-using plan_test_support::kDense4;
 
 TEST(PlanFsdp2Test, DefaultsResolved) {
   const Plan plan = ParseOk(Plan16(kDense4, "fsdp2", {}));

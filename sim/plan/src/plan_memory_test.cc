@@ -13,10 +13,6 @@ namespace shardscope::sim {
 namespace {
 
 using ::testing::HasSubstr;
-using plan_test_support::BasePlan;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
 
 std::string Fsdp1Plan(std::string_view oom_line) {
   return Lines({"model: llama3-8b", "cluster: {preset: dgx-a100, nodes: 1}", "strategy: fsdp1",

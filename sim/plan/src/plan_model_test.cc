@@ -14,9 +14,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
 
 TEST(PlanTest, PresetModelWithOverrides) {
   const Plan plan = ParseOk(Lines({

@@ -12,12 +12,6 @@ namespace shardscope::sim {
 namespace {
 
 using ::testing::HasSubstr;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
-using plan_test_support::Plan16;
-using plan_test_support::kDense4;
-using plan_test_support::kMoe4;
 
 TEST(PlanMoeTest, ExpertParallel) {
   EXPECT_EQ(ParseOk(Plan16(kMoe4, "fsdp2", {})).moe.expert_parallel, 1);

@@ -1,6 +1,7 @@
 // What the plan tests share (plan_test.cc and plan_<section>_test.cc): plan texts built line by
 // line, so a test can say which line an error must point at, and the parse helpers that expect
-// success or an invalid-input error.
+// success or an invalid-input error. Included by test files only; its names are in
+// shardscope::sim, like the tests that use them.
 #ifndef SHARDSCOPE_SIM_PLAN_TEST_SUPPORT_H_
 #define SHARDSCOPE_SIM_PLAN_TEST_SUPPORT_H_
 
@@ -13,7 +14,7 @@
 
 #include "shardscope/sim/plan/plan.h"
 
-namespace shardscope::sim::plan_test_support {
+namespace shardscope::sim {
 
 inline constexpr char kSource[] = "test.yaml";
 
@@ -81,6 +82,6 @@ inline std::string Plan16(std::string_view model, std::string_view strategy,
   return text;
 }
 
-}  // namespace shardscope::sim::plan_test_support
+}  // namespace shardscope::sim
 
 #endif  // SHARDSCOPE_SIM_PLAN_TEST_SUPPORT_H_

@@ -14,13 +14,6 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using plan_test_support::BasePlan;
-using plan_test_support::GpuPresetOfArch;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
-using plan_test_support::Plan16;
-using plan_test_support::kDense4;
 
 TEST(PlanErrorTest, SeqLenBeyondLearnedPositions) {
   const std::string message = ParseError(Lines({

@@ -13,12 +13,6 @@ namespace shardscope::sim {
 namespace {
 
 using ::testing::HasSubstr;
-using plan_test_support::GpuPresetOfArch;
-using plan_test_support::Lines;
-using plan_test_support::ParseError;
-using plan_test_support::ParseOk;
-using plan_test_support::Plan16;
-using plan_test_support::kDense4;
 
 TEST(PlanZeroTest, DefaultsAndOverlapComm) {
   for (const char* stage : {"zero1", "zero2", "zero3"}) {
