@@ -130,7 +130,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["host.cuda_malloc_ns"] = std::to_string(plan.host.cuda_malloc_ns);
   m["host.cuda_free_ns"] = std::to_string(plan.host.cuda_free_ns);
   m["training.dtype"] = std::string(traces::DTypeName(plan.training.dtype));
-  // What the plan resolved to (plan.cc ResolveKernelChoices): informational, not read back.
+  // What the plan resolved to (plan_training.cc ResolveKernelChoices): informational, not read back.
   const KernelChoices& k = plan.training.kernels;
   m["training.precision"] = std::string(PrecisionName(plan.training.precision));
   m["training.pytorch_version"] = fmt::format("{}.{}", plan.training.pytorch_major, plan.training.pytorch_minor);

@@ -3,7 +3,7 @@
 // (JSON is YAML 1.2's flow syntax; nlohmann-json 3.11 reports no positions). What YAML accepts
 // and JSON does not — a bare word, a second document, a root that is not an object, a key
 // written twice — is refused, so a file the framework's json.load rejects is rejected here too.
-// Private to sim/.
+// Private to sim/plan/.
 #ifndef SHARDSCOPE_SIM_CONFIG_JSON_H_
 #define SHARDSCOPE_SIM_CONFIG_JSON_H_
 

@@ -1,13 +1,14 @@
 // A DeepSpeed JSON config as plan settings (`zero: {deepspeed_config: ds_config.json}`).
 //
-// Names and defaults from DeepSpeed: deepspeed/runtime/config.py (DeepSpeedConfig: the batch
-// keys, gradient_clipping with default 0.0, the fp16 / bf16 sections) and
-// deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig and its offload configs). Every key
-// is used, accepted as irrelevant to the cost of a step (kIgnored*), accepted only at
-// DeepSpeed's default (kDefaultOnly*: a change there changes what the step does and the plan
-// cannot model it), or refused by name. "auto" (the Hugging Face Trainer fills it in,
-// transformers/integrations/deepspeed.py HfTrainerDeepSpeedConfig) is passed on for plan.cc
-// to resolve from the plan where the Trainer would resolve it, and refused elsewhere.
+// Names and defaults from DeepSpeed: deepspeed/runtime/config.py (DeepSpeedConfig: the batch keys,
+// gradient_clipping with default 0.0, the fp16 / bf16 sections) and
+// deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig and its offload configs). Every key is
+// used, accepted as irrelevant to the cost of a step (kIgnored*), accepted only at DeepSpeed's
+// default (kDefaultOnly*: a change there changes what the step does and the plan cannot model it),
+// or refused by name. "auto" (the Hugging Face Trainer fills it in,
+// transformers/integrations/deepspeed.py HfTrainerDeepSpeedConfig) is passed on for
+// plan_sources_merge.cc to resolve from the plan where the Trainer would resolve it, and refused
+// elsewhere.
 #include <fmt/format.h>
 
 #include <algorithm>

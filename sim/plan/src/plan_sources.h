@@ -1,15 +1,15 @@
 // Readers for the framework config files a plan may name instead of restating their values:
 // a Hugging Face config.json (`model: {hf_config: config.json}`), a DeepSpeed JSON config
 // (`zero: {deepspeed_config: ds_config.json}`) and a torchtitan TOML job config
-// (`torchtitan: {job_config: llama3_8b.toml}`). Private to sim/.
+// (`torchtitan: {job_config: llama3_8b.toml}`). Private to sim/plan/.
 //
-// Each reader turns a file's text into plan settings: plan key paths with values in plan
-// syntax, each remembering the file, line, column and key it came from. plan.cc merges them
-// into the plan's YAML tree before reading it, so every check the plan loader makes applies to
-// them too and its errors point at the config file. A reader itself refuses what the plan
-// cannot express: every key of the file is either used, accepted as irrelevant to the cost of
-// a step (named in the reader's list), accepted only at the framework's default, or refused by
-// name with file:line:column. Nothing is ignored because it is unknown.
+// Each reader turns a file's text into plan settings: plan key paths with values in plan syntax,
+// each remembering the file, line, column and key it came from. plan_sources_merge.cc merges them
+// into the plan's YAML tree before reading it, so every check the plan loader makes applies to them
+// too and its errors point at the config file. A reader itself refuses what the plan cannot
+// express: every key of the file is either used, accepted as irrelevant to the cost of a step
+// (named in the reader's list), accepted only at the framework's default, or refused by name with
+// file:line:column. Nothing is ignored because it is unknown.
 #ifndef SHARDSCOPE_SIM_PLAN_SOURCES_H_
 #define SHARDSCOPE_SIM_PLAN_SOURCES_H_
 
@@ -43,8 +43,8 @@ StatusOr<HfModelSettings> ReadHfConfig(std::string_view text, const std::string&
 
 // A DeepSpeed config (deepspeed/runtime/config.py DeepSpeedConfig, zero/config.py
 // DeepSpeedZeroConfig): `strategy`, `zero.*`, `training.dtype` and `training.max_grad_norm`
-// settings, and the batch keys, which need the world size (plan.cc applies DeepSpeed's rules
-// once the cluster is read).
+// settings, and the batch keys, which need the world size (plan_sources_merge.cc applies
+// DeepSpeed's rules once the cluster is read).
 struct DeepSpeedBatchValue {
   bool given = false;
   bool is_auto = false;  // "auto": filled in by the Hugging Face Trainer
@@ -70,7 +70,8 @@ struct TorchtitanSettings {
   std::string unmapped_model;
   std::string unmapped_model_origin;
   // The batch: global_batch_size -1 means local_batch_size x the data-parallel degree
-  // (torchtitan/train.py Trainer.__init__); plan.cc divides once the world size is known.
+  // (torchtitan/train.py Trainer.__init__); plan_sources_merge.cc divides once the world size
+  // is known.
   int64_t local_batch_size = 8;
   std::string local_batch_origin;
   int64_t global_batch_size = -1;

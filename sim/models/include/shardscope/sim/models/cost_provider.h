@@ -26,7 +26,7 @@ class CostProvider {
                                     int32_t communicator) const = 0;
 };
 
-// Host-side costs the engine charges (defaults and their sources in plan.cc).
+// Host-side costs the engine charges (defaults and their sources in sim/plan/src/plan_defaults.cc).
 struct HostConfig {
   int64_t launch_overhead_ns = 0;   // CPU time of one kernel / collective / memcpy launch
   int64_t hook_overhead_ns = 0;     // CPU time of one framework hook (pre/post forward ...)

@@ -139,7 +139,7 @@ struct ModuleKernels {
 };
 
 // How the training job's framework code runs a model on the GPU: which kernels it launches.
-// plan.cc resolves the defaults from the framework, the PyTorch version and the GPU.
+// sim/plan/src/plan_training.cc (ResolveKernelChoices) resolves the defaults from the framework, the PyTorch version and the GPU.
 enum class ModelImplementation : uint8_t {
   kTorchtitan,   // torchtitan's model code (wq/wk/wv, RoPE through complex64, nn.RMSNorm)
   kHuggingFace,  // transformers' modeling_*.py (LlamaRMSNorm in Python, rotate_half RoPE)
