@@ -183,38 +183,35 @@ StatusOr<SimulationResult> Engine::Run() {
 // resource models' completions. Heap events due now were pushed before this instant began and
 // so precede the FIFO; completions interleave with both by sequence number. Only when nothing
 // is left at this instant does the clock advance.
-bool Engine::PopNext(EventPayload& payload) {
-  enum class Source : uint8_t { kNone, kHeap, kNow, kModels };
-  Source from = Source::kNone;
-  int64_t time = 0;
-  uint64_t seq = 0;
-  auto consider = [&](Source source, int64_t t, uint64_t s) {
-    if (from == Source::kNone || t < time || (t == time && s < seq)) {
-      from = source;
-      time = t;
-      seq = s;
-    }
-  };
-  if (!events_.empty()) consider(Source::kHeap, events_.top().time, events_.top().seq);
-  if (!now_events_.empty()) consider(Source::kNow, now_, now_events_.front().seq);
-  if (const Completion* done = activities_->Next()) consider(Source::kModels, done->time, done->seq);
-  switch (from) {
-    case Source::kNone: return false;
-    case Source::kHeap:
-      payload = events_.top().payload;
-      events_.pop();
-      break;
-    case Source::kNow:
-      payload = now_events_.front().payload;
-      now_events_.pop_front();
-      break;
-    case Source::kModels: {
-      const Completion done = activities_->PopNext();
-      payload = ActivityDone{done.id, done.version};
-      break;
+SHARDSCOPE_ENGINE_HOT bool Engine::PopNext(EventPayload& payload) {
+  const Completion* done = activities_->Next();
+  if (!events_.empty()) {
+    const ScheduledEvent& top = events_.top();
+    // A heap event due now precedes this instant's FIFO (pushed before the instant began).
+    if (top.time == now_ || now_events_.empty()) {
+      if (done == nullptr || !(done->time < top.time || (done->time == top.time && done->seq < top.seq))) {
+        now_ = top.time;
+        payload = top.payload;
+        events_.pop();
+        return true;
+      }
+      now_ = done->time;
+      payload = PopCompletion();
+      return true;
     }
   }
-  now_ = time;  // never earlier than now_: Push routes now_ to the FIFO, completions are >= now
+  if (!now_events_.empty()) {
+    if (done != nullptr && done->time == now_ && done->seq < now_events_.front().seq) {
+      payload = PopCompletion();
+      return true;
+    }
+    payload = now_events_.front().payload;
+    now_events_.pop_front();
+    return true;
+  }
+  if (done == nullptr) return false;
+  now_ = done->time;  // never earlier than now_: completions are queued at now or later
+  payload = PopCompletion();
   return true;
 }
 

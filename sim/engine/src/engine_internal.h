@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <queue>
+#include <span>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -40,6 +41,11 @@
 
 #include "shardscope/sim/engine/engine.h"
 #include "shardscope/sim/models/activity_set.h"
+
+// On a function whose only caller is in the same file: inline it there, as the compiler did
+// when the engine was one file with internal linkage (the per-event and per-op paths; the
+// 1,024-GPU benchmark in BENCHMARKS.md measures them).
+#define SHARDSCOPE_ENGINE_HOT [[gnu::always_inline]] inline
 
 namespace shardscope::sim::engine_internal {
 
@@ -108,6 +114,8 @@ struct RankState {
   std::vector<int32_t> comm_of_slot;       // CommSlot -> global communicator
   std::vector<CommLane> lanes;
   int64_t last_change_ns = 0;              // for integrating compute/comm/overlap time
+  int32_t kernels_running = 0;             // compute activities on this GPU (as the models
+  int32_t collectives_running = 0;         // count them; kept here for Integrate's sake)
   RankStats stats;
   bool want_trace = false;
   double slowdown = 1.0;                   // EngineConfig::rank_slowdown (1: full speed)
@@ -163,11 +171,14 @@ struct Participant {
 
 // The engine's side of a running activity (the ActivitySet holds its work and rate, under the
 // same id): who runs it, and for a kernel the items queued behind it.
-struct DeviceActivity {
+struct alignas(64) DeviceActivity {
+  // What a kernel's completion reads comes first (kind, members, the look-ahead), in the first
+  // three cache lines, which PopCompletion prefetches; the collective's record last.
   ActivityKind kind = ActivityKind::kCompute;
+  int32_t ahead_begin = 0, ahead_end = 0;
   int64_t start_ns = 0;
-  std::vector<Participant> members;  // one for compute / copy; every member for a collective
-  CollectiveRun run;
+  Participant one;                   // a kernel's or copy's stream and op (no allocation)
+  std::vector<Participant> members;  // a collective's members (empty for a kernel or copy)
   // A kernel's activity: copies of the items queued behind it on its stream (ahead[0] is the
   // next), read from the queue in one go so that handing over to the next kernel
   // (HandOverKernel) need not reach into the queue's memory, cold by the time the kernel ends.
@@ -175,7 +186,7 @@ struct DeviceActivity {
   static constexpr int kAhead = 4;
   std::array<QueueItem, kAhead> ahead;
   std::array<int64_t, kAhead> ahead_ns;  // a kernel's duration at full speed; -1: not a kernel
-  int32_t ahead_begin = 0, ahead_end = 0;
+  CollectiveRun run;
 };
 
 // A collective being gathered on one communicator: every member must arrive.
@@ -264,6 +275,18 @@ class Engine {
     }
   }
   bool PopNext(EventPayload& payload);
+  // The next completion as an event. The engine's side of the activity is fetched at once: the
+  // loop reads it right after the set's (two cache misses overlapped instead of in a row).
+  EventPayload PopCompletion() {
+    const Completion c = activities_->PopNext();
+    if (static_cast<size_t>(c.id) < device_activities_.size()) {
+      const char* line = reinterpret_cast<const char*>(&device_activities_[static_cast<size_t>(c.id)]);
+      __builtin_prefetch(line);
+      __builtin_prefetch(line + 64);
+      __builtin_prefetch(line + 128);
+    }
+    return ActivityDone{c.id, c.version};
+  }
   const Op& OpOf(const RankState& r, int32_t op_index) const {
     return r.program->ops[static_cast<size_t>(op_index)];
   }
@@ -287,7 +310,7 @@ class Engine {
   void RunHost(RankState& r);
   void InjectOom(RankState& r, const traces::AllocateOp& op, int64_t op_id, int64_t t);
   bool CatchOom(RankState& r, int64_t t);
-  void AgreeOnOom(const std::vector<Participant>& members, const CollectiveRun& run);
+  void AgreeOnOom(std::span<const Participant> members, const CollectiveRun& run);
   int64_t Slowed(const RankState& r, int64_t ns) const {
     return r.slowdown == 1.0 ? ns : static_cast<int64_t>(std::llround(static_cast<double>(ns) * r.slowdown));
   }

@@ -1,7 +1,7 @@
 // The host thread: walks its rank's program in order, launching work onto streams (each launch
 // costs launch_overhead_ns of host time and may block on a full launch queue), recording and
 // waiting on events, and blocking in synchronizations until the device state it observes is
-// reached. Allocations and frees go to allocator_hooks.cc.
+// reached. It also makes the allocator calls of its allocate and free ops (at the host's time).
 #include "engine_internal.h"
 
 namespace shardscope::sim::engine_internal {
@@ -161,6 +161,114 @@ void Engine::UnblockHost(RankState& r) {
   host.pending_cost_ns = 0;
   host.wait = HostWait::kResumeScheduled;
   Push(now_, HostResume{r.rank});
+}
+
+// ---- Allocations and frees, as the host issues them (the allocator itself: allocator_hooks.cc)
+
+// Returns false when the host must stop here (blocked on the device, or out of memory).
+SHARDSCOPE_ENGINE_HOT bool Engine::Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t) {
+  HostState& host = r.host;
+  r.alloc_needs_sync = false;
+  MallocOutcome out;
+  if (r.log) {
+    const int32_t call = r.log->call_of_op[static_cast<size_t>(pc)];
+    if (call < 0) return true;  // not in the log: nothing to allocate (cannot happen for a live log)
+    out = r.log->calls[static_cast<size_t>(call)].outcome;
+    r.log_cursor = static_cast<size_t>(call) + 1;
+  } else {
+    out = r.allocator->Malloc(op.bytes, op.stream);
+  }
+  if (!out.ok) {
+    AfterAllocatorCall(r, t);
+    r.stats.memory.oom = OomInfo{op_id, t, out.requested_bytes, out.device_free_bytes, out.largest_free_block};
+    if (r.want_trace) observer_->OnMemoryEvent(r.rank, t, "oom", op.bytes);
+    if (CatchOom(r, t)) return false;
+    host.wait = HostWait::kStopped;
+    r.stats.end_ns = std::max(r.stats.end_ns, t);
+    return false;
+  }
+  // A log rank keeps no addresses: the log says which later frees make a call.
+  if (!r.log) r.tensor_address[static_cast<size_t>(op.tensor)] = out.address;
+  if (config_.memory.record_history && r.want_trace) {
+    r.tensor_bytes[static_cast<size_t>(op.tensor)] = op.bytes;
+    r.live_tensors.push_back(op.tensor);
+  }
+  if (r.want_trace) {
+    if (out.retried) observer_->OnMemoryEvent(r.rank, t, "alloc_retry", op.bytes);
+    if (out.device_allocs > 0) observer_->OnMemoryEvent(r.rank, t, "segment_alloc", out.block_bytes);
+  }
+  AfterAllocatorCall(r, t);
+  const int64_t cost = out.device_allocs * config_.memory.device_alloc_ns +
+                       out.device_frees * config_.memory.device_free_ns;
+  const bool syncs = out.synchronized || out.device_frees > 0 || r.alloc_needs_sync;
+  const bool idle = std::all_of(r.streams.begin(), r.streams.end(), [](const StreamState& s) { return s.Idle(); });
+  if (syncs && !idle) {
+    // cudaFree synchronizes the device, and the retry path first waits for every outstanding
+    // free event: the host waits for the GPU to drain, then pays for the calls.
+    host.wait = HostWait::kDevice;
+    host.wait_start = t;
+    host.pending_cost_ns = cost;
+    return false;
+  }
+  if (cost > 0) EmitHost(r, pc, HostSpanKind::kApiCall, t, t + cost, -1);
+  host.clock = t + cost;
+  return true;
+}
+
+void Engine::FreeTensor(RankState& r, int32_t pc, const traces::FreeOp& op, int64_t t) {
+  if (r.log) {
+    const int32_t call = r.log->call_of_op[static_cast<size_t>(pc)];
+    if (call < 0) return;  // the tensor is not live (a 0-byte allocation)
+    r.log_cursor = static_cast<size_t>(call) + 1;
+  } else {
+    uint64_t& address = r.tensor_address[static_cast<size_t>(op.tensor)];
+    if (address == 0) return;  // ValidateSchedule guarantees a live tensor
+    r.allocator->Free(address);
+    address = 0;
+  }
+  if (config_.memory.record_history && r.want_trace) {
+    auto it = std::find(r.live_tensors.begin(), r.live_tensors.end(), op.tensor);
+    if (it != r.live_tensors.end()) {
+      *it = r.live_tensors.back();
+      r.live_tensors.pop_back();
+    }
+  }
+  AfterAllocatorCall(r, t);
+}
+
+// Peaks, fragmentation at the reserved peak, trace counters and history times.
+void Engine::AfterAllocatorCall(RankState& r, int64_t t) {
+  int64_t allocated = 0, reserved = 0;
+  if (r.log) {
+    std::tie(allocated, reserved) = r.log_cursor > 0 ? r.log->bytes[r.log_cursor - 1] : r.log->warm_bytes;
+  } else {
+    const MemoryStats& stats = r.allocator->stats();
+    allocated = stats.allocated_bytes;
+    reserved = stats.reserved_bytes;
+  }
+  if (reserved > r.reserved_peak_seen) {
+    r.reserved_peak_seen = reserved;
+    r.stats.memory.fragmentation_bytes = reserved - allocated;
+    r.stats.memory.allocated_at_reserved_peak = allocated;
+    if (config_.memory.record_history && r.want_trace) {
+      // Reserved grows only through new segments, so this runs a bounded number of times.
+      auto& live = r.stats.memory.live_at_reserved_peak;
+      live.clear();
+      for (int32_t tensor : r.live_tensors) live.emplace_back(tensor, r.tensor_bytes[static_cast<size_t>(tensor)]);
+    }
+  }
+  if (allocated > r.allocated_peak_seen) {
+    r.allocated_peak_seen = allocated;
+    if (config_.memory.record_history && r.want_trace) {
+      auto& live = r.stats.memory.live_at_allocated_peak;
+      live.clear();
+      for (int32_t tensor : r.live_tensors) live.emplace_back(tensor, r.tensor_bytes[static_cast<size_t>(tensor)]);
+    }
+  }
+  if (r.want_trace) {
+    if (!warming_) observer_->OnMemory(r.rank, t, allocated, reserved);
+    if (r.allocator) r.stats.memory.history_time_ns.resize(r.allocator->history().size(), t);
+  }
 }
 
 }  // namespace shardscope::sim::engine_internal

@@ -107,7 +107,9 @@ void Engine::StartCollective(int32_t comm, std::vector<Participant> members, con
   // Time with compute / comm is integrated up to now before the collective joins its GPUs.
   member_ranks_.clear();
   for (const Participant& p : members) {
-    Integrate(ranks_[static_cast<size_t>(p.rank)]);
+    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    Integrate(r);
+    ++r.collectives_running;
     member_ranks_.push_back(p.rank);
   }
   const ActivityId id = activities_->Start(ActivityKind::kComm, static_cast<double>(cached->second.duration_ns),

@@ -115,27 +115,38 @@ void Engine::OnStreamIdle(RankState& r, int32_t stream) {
 
 void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, int64_t work_ns,
                           ActivityKind kind) {
-  if (kind != ActivityKind::kCopy) Integrate(r);  // copies are not compute time
+  if (kind == ActivityKind::kCompute) {  // copies are not compute time
+    Integrate(r);
+    ++r.kernels_running;
+  }
   const int32_t gpu = r.rank;
   const ActivityId id = activities_->Start(kind, static_cast<double>(work_ns), {&gpu, 1}, -1, 0, now_);
   DeviceActivity& a = DeviceActivityOf(id);
   a.kind = kind;
   a.ahead_begin = a.ahead_end = 0;
   a.start_ns = now_;
-  a.members.assign(1, Participant{r.rank, stream, item.op_index});
+  a.one = Participant{r.rank, stream, item.op_index};
   r.streams[static_cast<size_t>(stream)].running_activity = id;
 }
 
 void Engine::FinishActivity(ActivityId id) {
   if (HandOverKernel(id)) return;
   DeviceActivity& a = device_activities_[static_cast<size_t>(id)];
-  const std::vector<Participant> members = std::move(a.members);
+  // Copied out: advancing the streams below may start new work on this id.
+  const Participant one = a.one;
+  const std::vector<Participant> collective_members = std::move(a.members);
   a.members.clear();
+  const std::span<const Participant> members =
+      a.kind == ActivityKind::kComm ? std::span<const Participant>(collective_members) : std::span<const Participant>(&one, 1);
   const ActivityKind kind = a.kind;
   const int64_t start = a.start_ns;
   const CollectiveRun run = a.run;
   if (kind != ActivityKind::kCopy) {
-    for (const Participant& p : members) Integrate(ranks_[static_cast<size_t>(p.rank)]);
+    for (const Participant& p : members) {
+      RankState& r = ranks_[static_cast<size_t>(p.rank)];
+      Integrate(r);
+      --(kind == ActivityKind::kCompute ? r.kernels_running : r.collectives_running);
+    }
   }
   activities_->Finish(id, now_);
   for (const Participant& p : members) {
@@ -189,10 +200,10 @@ int64_t Engine::KernelDuration(const RankState& r, int32_t op_index) {
 // it at once, so the GPU's count of running compute kernels goes 1 -> 0 -> 1 within this
 // instant, which changes no rate. The activity carries on as the next kernel: nothing is
 // recounted, and no collective on the GPU is re-timed twice for nothing.
-bool Engine::HandOverKernel(ActivityId id) {
+SHARDSCOPE_ENGINE_HOT bool Engine::HandOverKernel(ActivityId id) {
   DeviceActivity& a = device_activities_[static_cast<size_t>(id)];
-  if (a.kind != ActivityKind::kCompute || a.members.size() != 1) return false;
-  const Participant p = a.members.front();
+  if (a.kind != ActivityKind::kCompute) return false;
+  const Participant p = a.one;
   RankState& r = ranks_[static_cast<size_t>(p.rank)];
   StreamState& s = r.streams[static_cast<size_t>(p.stream)];
   if (a.ahead_begin == a.ahead_end) {
@@ -218,7 +229,7 @@ bool Engine::HandOverKernel(ActivityId id) {
   r.stats.end_ns = std::max(r.stats.end_ns, now_);
   EmitDevice(r, p, start, now_, nullptr);
   // Start the next one on the same activity, at the unchanged rate.
-  a.members.front().op_index = next.op_index;
+  a.one.op_index = next.op_index;
   ++a.ahead_begin;
   a.start_ns = now_;
   activities_->Restart(id, static_cast<double>(Slowed(r, ns)), now_);
@@ -229,8 +240,8 @@ bool Engine::HandOverKernel(ActivityId id) {
 void Engine::Integrate(RankState& r) {
   const int64_t dt = now_ - r.last_change_ns;
   if (dt > 0) {
-    const bool compute = !activities_->RunningOn(r.rank, ActivityKind::kCompute).empty();
-    const bool comm = !activities_->RunningOn(r.rank, ActivityKind::kComm).empty();
+    const bool compute = r.kernels_running > 0;
+    const bool comm = r.collectives_running > 0;
     if (compute) r.stats.compute_ns += dt;
     if (comm) r.stats.comm_ns += dt;
     if (compute && comm) r.stats.overlap_ns += dt;

@@ -20,7 +20,7 @@ ActivitySet::ActivitySet(int32_t gpus, std::vector<std::unique_ptr<ResourceModel
     }
     if (runs_any) owners_.push_back(model.get());
   }
-  for (auto& per_gpu : running_) per_gpu.resize(static_cast<size_t>(gpus));
+  running_.resize(static_cast<size_t>(gpus));
 }
 
 ActivityId ActivitySet::Start(ActivityKind kind, double work_ns, std::span<const int32_t> gpus,
@@ -44,13 +44,15 @@ ActivityId ActivitySet::Start(ActivityKind kind, double work_ns, std::span<const
   a.bytes = bytes;
   a.communicator = communicator;
   a.gpus.assign(gpus.begin(), gpus.end());
+  a.gpu = gpus.empty() ? -1 : gpus.front();
   if (Indexed(kind)) {
-    for (int32_t gpu : gpus) running_[static_cast<size_t>(kind)][static_cast<size_t>(gpu)].push_back(id);
+    for (int32_t gpu : gpus) running_[static_cast<size_t>(gpu)][static_cast<size_t>(kind)].push_back(id);
   }
   changed_.clear();
   for (ResourceModel* m : concerned_[static_cast<size_t>(kind)]) m->OnStart(id, *this, changed_);
-  changed_.push_back(id);  // rated last unless a model already did (then this is a no-op)
-  Rerate(now);
+  for (ActivityId changed : changed_) SetRate(changed, Rate(changed), now);
+  // Rated last unless a model already listed it (a rate is never 0 once set).
+  if (a.rate == 0) SetRate(id, Rate(id), now);
   return id;
 }
 
@@ -60,7 +62,7 @@ void ActivitySet::Finish(ActivityId id, int64_t now) {
   free_.push_back(id);
   if (Indexed(a.kind)) {
     for (int32_t gpu : a.gpus) {
-      auto& list = running_[static_cast<size_t>(a.kind)][static_cast<size_t>(gpu)];
+      auto& list = running_[static_cast<size_t>(gpu)][static_cast<size_t>(a.kind)];
       list.erase(std::find(list.begin(), list.end(), id));
     }
   }

@@ -9,7 +9,7 @@ namespace shardscope::sim {
 void ContentionModel::OnStart(ActivityId id, const ActivitySet& set, std::vector<ActivityId>& changed) {
   const Activity& a = set[id];
   if (a.kind == ActivityKind::kCompute) {
-    const int32_t gpu = a.gpus.front();
+    const int32_t gpu = a.gpu;
     if (set.RunningOn(gpu, ActivityKind::kCompute).size() != 1) return;  // was computing already
     for (ActivityId comm : set.RunningOn(gpu, ActivityKind::kComm)) {
       ++members_computing_[static_cast<size_t>(comm)];
@@ -34,7 +34,7 @@ void ContentionModel::OnStart(ActivityId id, const ActivitySet& set, std::vector
 void ContentionModel::OnEnd(ActivityId id, const ActivitySet& set, std::vector<ActivityId>& changed) {
   const Activity& a = set[id];
   if (a.kind == ActivityKind::kCompute) {
-    const int32_t gpu = a.gpus.front();
+    const int32_t gpu = a.gpu;
     if (!set.RunningOn(gpu, ActivityKind::kCompute).empty()) return;  // still computing
     for (ActivityId comm : set.RunningOn(gpu, ActivityKind::kComm)) {
       --members_computing_[static_cast<size_t>(comm)];
@@ -52,7 +52,7 @@ void ContentionModel::OnEnd(ActivityId id, const ActivitySet& set, std::vector<A
 double ContentionModel::Share(ActivityId id, const ActivitySet& set, double rate) const {
   const Activity& a = set[id];
   if (a.kind == ActivityKind::kCompute) {
-    if (!set.RunningOn(a.gpus.front(), ActivityKind::kComm).empty()) rate /= 1.0 + config_.compute_slowdown;
+    if (!set.RunningOn(a.gpu, ActivityKind::kComm).empty()) rate /= 1.0 + config_.compute_slowdown;
     return rate;
   }
   return members_computing_[static_cast<size_t>(id)] > 0 ? rate / (1.0 + config_.comm_slowdown) : rate;

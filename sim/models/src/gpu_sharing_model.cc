@@ -9,19 +9,19 @@ namespace shardscope::sim {
 void GpuSharingModel::OnStart(ActivityId id, const ActivitySet& set, std::vector<ActivityId>& changed) {
   if (sharing_ != ComputeSharing::kFairShare) return;
   // Every kernel of the GPU, the new one last (the order the engine always queued them in).
-  const auto& running = set.RunningOn(set[id].gpus.front(), ActivityKind::kCompute);
+  const auto& running = set.RunningOn(set[id].gpu, ActivityKind::kCompute);
   changed.insert(changed.end(), running.begin(), running.end());
 }
 
 void GpuSharingModel::OnEnd(ActivityId id, const ActivitySet& set, std::vector<ActivityId>& changed) {
   if (sharing_ != ComputeSharing::kFairShare) return;
-  const auto& running = set.RunningOn(set[id].gpus.front(), ActivityKind::kCompute);
+  const auto& running = set.RunningOn(set[id].gpu, ActivityKind::kCompute);
   changed.insert(changed.end(), running.begin(), running.end());
 }
 
 double GpuSharingModel::Share(ActivityId id, const ActivitySet& set, double rate) const {
   if (sharing_ != ComputeSharing::kFairShare) return rate;
-  const size_t n = set.RunningOn(set[id].gpus.front(), ActivityKind::kCompute).size();
+  const size_t n = set.RunningOn(set[id].gpu, ActivityKind::kCompute).size();
   if (n > 1) rate /= static_cast<double>(n);
   return rate;
 }

@@ -50,7 +50,7 @@ class ActivitySet {
   const Activity& operator[](ActivityId id) const { return activities_[static_cast<size_t>(id)]; }
   // The activities of `kind` (kCompute or kComm) running on `gpu`, in start order.
   const std::vector<ActivityId>& RunningOn(int32_t gpu, ActivityKind kind) const {
-    return running_[static_cast<size_t>(kind)][static_cast<size_t>(gpu)];
+    return running_[static_cast<size_t>(gpu)][static_cast<size_t>(kind)];
   }
   // Ids are reused after Finish; callers may keep per-id data in vectors of this size.
   size_t capacity() const { return activities_.size(); }
@@ -59,22 +59,20 @@ class ActivitySet {
   // none is queued.
   const Completion* Next() const {
     const Completion* best = nullptr;
-    for (const ResourceModel* owner : owners_) {
+    for (ResourceModel* owner : owners_) {
       if (owner->completions().empty()) continue;
       const Completion& top = owner->completions().top();
-      if (best == nullptr || *best > top) best = &top;
+      if (best == nullptr || *best > top) {
+        best = &top;
+        next_owner_ = owner;
+      }
     }
     return best;
   }
-  // Removes the completion Next() returned.
+  // Removes the completion the last Next() returned (nothing was queued since).
   Completion PopNext() {
-    ResourceModel* from = nullptr;
-    for (ResourceModel* owner : owners_) {
-      if (owner->completions().empty()) continue;
-      if (from == nullptr || from->completions().top() > owner->completions().top()) from = owner;
-    }
-    Completion c = from->completions().top();
-    from->completions().pop();
+    Completion c = next_owner_->completions().top();
+    next_owner_->completions().pop();
     return c;
   }
   // False for a completion queued before the activity's last rate change, or of a finished one.
@@ -111,13 +109,15 @@ class ActivitySet {
 
   std::vector<std::unique_ptr<ResourceModel>> models_;
   std::vector<ResourceModel*> owners_;                              // models that run a kind
+  mutable ResourceModel* next_owner_ = nullptr;                     // whose top Next() found
   std::array<ResourceModel*, kNumActivityKinds> owner_of_{};
   std::array<std::vector<ResourceModel*>, kNumActivityKinds> concerned_;
   uint64_t* next_seq_;
   std::vector<Activity> activities_;
   std::vector<ActivityId> free_;
-  // [kind][gpu]: running compute and comm activities (copies are not indexed).
-  std::array<std::vector<std::vector<ActivityId>>, kNumActivityKinds> running_;
+  // [gpu][kind]: running compute and comm activities (copies are not indexed). A GPU's lists
+  // sit side by side: the models read both at every start and end.
+  std::vector<std::array<std::vector<ActivityId>, 2>> running_;
   std::vector<ActivityId> changed_;  // scratch for Start / Finish
 };
 

@@ -35,15 +35,18 @@ inline constexpr int kNumActivityKinds = 3;
 
 // Running work (SimGrid's Action). Owned by the ActivitySet; models read it.
 struct Activity {
+  // Read at every completion and rate change: first, in one cache line.
   ActivityKind kind = ActivityKind::kCompute;
   bool live = false;
   uint32_t version = 0;        // bumped at every rate change: older completions are stale
   double remaining = 0;        // ns of work at rate 1, as of last_update
   double rate = 0;             // fraction of full speed (0 until first rated)
   int64_t last_update = 0;
+  int32_t gpu = -1;            // the first of gpus (a kernel's or copy's only one), kept here
+                               // because the models read it at every start and end
+  int32_t communicator = -1;   // collectives: index into Schedule::communicators
   double work = 0;             // ns at full speed, as started (the links' demand)
   int64_t bytes = 0;           // collectives: the instance's bytes (the links' demand)
-  int32_t communicator = -1;   // collectives: index into Schedule::communicators
   std::vector<int32_t> gpus;   // the ranks it occupies, in member order
 };
 
