@@ -2,10 +2,12 @@
 // per-rank state (host thread, streams, events, communicator lanes, allocator), the events of
 // the loop, and the Engine class. Where each part is implemented:
 //   engine.cc          setup, the event loop (Run, PopNext) and the result
-//   host_thread.cc     the host walking its program (launches, synchronizations)
+//   host_thread.cc     the host walking its program (launches, synchronizations, the
+//                      allocate and free calls it makes)
 //   streams.cc         FIFO streams and events; kernels and copies as activities
 //   rendezvous.cc      collectives and send/recv pairs meeting their peers
-//   allocator_hooks.cc the caching allocator on the timeline, OOM injection and policy
+//   allocator_hooks.cc the caching allocator's setup on the timeline (outcome logs, warm
+//                      start, stream events), OOM injection and policy
 //   hang_snapshot.cc   what an unfinished run leaves: BlockedRank, PendingRendezvous
 // How fast running work goes is the resource models' business (sim/models/activity_set.h):
 // the engine starts and finishes activities and never computes a rate.

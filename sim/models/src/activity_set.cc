@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "shardscope/base/check.h"
+
 namespace shardscope::sim {
 
 ActivitySet::ActivitySet(int32_t gpus, std::vector<std::unique_ptr<ResourceModel>> models, uint64_t* next_seq)
@@ -19,6 +21,9 @@ ActivitySet::ActivitySet(int32_t gpus, std::vector<std::unique_ptr<ResourceModel
       if (model->Concerns(kind)) concerned_[static_cast<size_t>(k)].push_back(model.get());
     }
     if (runs_any) owners_.push_back(model.get());
+  }
+  for (const ResourceModel* owner : owner_of_) {
+    SHARDSCOPE_CHECK(owner != nullptr, "every activity kind needs a resource model that runs it");
   }
   running_.resize(static_cast<size_t>(gpus));
 }
