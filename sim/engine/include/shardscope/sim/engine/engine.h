@@ -24,12 +24,16 @@
 //   waited for it (RankStats::last_arrivals, SimulationResult::straggler).
 // - Contention: while a collective runs on a GPU, compute kernels there run at
 //   1/(1+compute_slowdown); a collective runs at 1/(1+comm_slowdown) while any member GPU
-//   runs compute. Rates change mid-kernel; remaining work is carried over (SimGrid-style
-//   resource sharing).
+//   runs compute. Rates change mid-kernel; remaining work is carried over.
+// - Links (EngineConfig::links): collectives of the communicators crossing one link share its
+//   bandwidth, max-min fair; with none configured every communicator has a link of its own.
 //
-// Resource models follow SimGrid: each activity knows its remaining work and rate; the
-// engine keeps the next completion of every activity in one queue and advances to the
-// minimum. A rate change re-queues the activity and invalidates its old completion.
+// How fast running work goes is decided by the resource models (sim/models/resource_model.h,
+// after SimGrid's Model / Action): GPU compute sharing, compute-communication contention and
+// network links. Each activity knows its remaining work and rate; the model that runs it
+// queues its completion, and the event loop advances to the earliest of the models'
+// completions and its own events, without knowing which models exist. A rate change re-queues
+// the activity and invalidates its old completion.
 #ifndef SHARDSCOPE_SIM_ENGINE_H_
 #define SHARDSCOPE_SIM_ENGINE_H_
 
@@ -44,16 +48,13 @@
 
 #include "shardscope/sim/models/caching_allocator.h"
 #include "shardscope/sim/models/cost_provider.h"
+#include "shardscope/sim/models/gpu_sharing_model.h"
+#include "shardscope/sim/models/link_model.h"
 #include "shardscope/sim/models/nccl_model.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
 
 namespace shardscope::sim {
-
-enum class ComputeSharing : uint8_t {
-  kFairShare,    // n concurrent compute kernels on a GPU each run at 1/n speed (default)
-  kIndependent,  // concurrent compute kernels do not slow each other
-};
 
 // The caching allocator on the timeline (one per rank). Allocations are decided when the
 // host issues them, at the host's time; a malloc that had to free cached segments (the
@@ -91,7 +92,10 @@ struct EngineConfig {
   int32_t max_queued_per_stream = 0;
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
-  ComputeSharing compute_sharing = ComputeSharing::kFairShare;
+  ComputeSharing compute_sharing = ComputeSharing::kFairShare;  // gpu_sharing_model.h
+  // Links shared by the collectives of the communicators that cross them (link_model.h);
+  // empty: each communicator on its own unlimited link (no sharing). A bad link is kInvalidInput.
+  std::vector<LinkSpec> links;
   MemoryConfig memory;
   // The OOM policy (plan `oom.policy`). false = raise: an OOM stops the rank (an uncaught
   // torch.OutOfMemoryError), its peers wait at their next collective with it. true =
