@@ -1,12 +1,12 @@
 // The runtime's Flight Recorder dump: what one rank knows about its collectives when the
 // watchdog fires, in the layout of PyTorch's Flight Recorder JSON dump
 // (torch/csrc/distributed/c10d/FlightRecorderDetail.hpp dump_json, TORCH_NCCL_DEBUG_INFO_PICKLE=0)
-// and with the same keys and values as the simulator's (sim/hang.h FlightRecorderJson), plus a
+// written by the writer the simulator's dumps use too (traces/flight_recorder_dump.h), plus a
 // "shardscope" section with the reason, the blocked collective and the missing ranks.
 //
-// sim's writer derives its entries from a SimulationResult (one simulated step, in program
-// order); the runtime has measured entries over several steps, so it writes the same layout
-// from its own records. No MPI here: unit-tested on its own.
+// sim derives its entries from a SimulationResult (one simulated step, in program order); the
+// runtime has measured entries over several steps, recorded here. No MPI here: unit-tested on
+// its own.
 #ifndef SHARDSCOPE_RUNTIME_FLIGHT_RECORDER_H_
 #define SHARDSCOPE_RUNTIME_FLIGHT_RECORDER_H_
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hang_internal.h"
-#include "shardscope/traces/collective_counts.h"
+#include "shardscope/traces/flight_recorder_dump.h"
 
 namespace shardscope::sim {
 
@@ -81,115 +81,56 @@ std::string FlightRecorderJson(const traces::Schedule& schedule, const Simulatio
     }
   }
   const double timeout_ms = static_cast<double>(options.watchdog_timeout_ns) / 1e6;
-  struct PgCount {
-    int64_t coll = 0, p2p = 0, ops = 0, started = 0, completed = 0;
-  };
-  std::map<int32_t, PgCount> counts;
-  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-  int64_t record_id = 0;
+  std::map<int32_t, traces::FlightRecorderLane> lanes;
+  std::map<int32_t, int64_t> collective_count, p2p_count;
+  std::vector<traces::FlightRecorderEntry> entries;
   for (int32_t index = 0; index < issued_end; ++index) {
     if (index >= skipped_begin && index < skipped_end) continue;
     const traces::Op& op = program.ops[static_cast<size_t>(index)];
     const auto* coll = std::get_if<CollectiveOp>(&op.payload);
     if (coll == nullptr) continue;
     const int32_t comm = schedule.CommunicatorOf(rank, coll->comm);
-    const traces::Communicator& communicator = schedule.communicators[static_cast<size_t>(comm)];
-    PgCount& count = counts[comm];
+    traces::FlightRecorderLane& lane = lanes[comm];
+    lane.communicator = comm;
     const bool p2p = IsP2p(coll->type);
-    (p2p ? count.p2p : count.coll)++;
-    ++count.ops;
-    // Element counts from CollectiveOp::bytes (nccl-tests' size: the gathered output of an
-    // all_gather, the input of a reduce_scatter, the buffer otherwise).
-    const traces::CollectiveCounts sizes = traces::CountsOf(*coll, static_cast<int32_t>(communicator.ranks.size()));
-    const int64_t in = sizes.in_elements, out = sizes.out_elements;
+    traces::FlightRecorderEntry entry;
+    entry.op_index = index;
+    entry.communicator = comm;
+    entry.op_seq = ++lane.issued;
+    // collective_seq_id / p2p_seq_id: how many of each kind the communicator has seen so far.
+    ++(p2p ? p2p_count[comm] : collective_count[comm]);
+    entry.collective_seq = collective_count[comm];
+    entry.p2p_seq = p2p_count[comm];
     auto found = pending.find(index);
-    const bool done = found == pending.end();
     CollectiveRecorder::Times times;
     if (recorder) {
       const auto& all = recorder->TimesOf(rank);
       if (auto t = all.find(index); t != all.end()) times = t->second;
     }
-    std::string state = "completed";
-    nlohmann::ordered_json started = nullptr, completed = nullptr, duration = nullptr;
-    int64_t created = times.created_ns;
-    if (done) {
-      ++count.started;
-      ++count.completed;
-      if (times.started_ns >= 0) started = times.started_ns;
-      if (times.completed_ns >= 0) {
-        completed = times.completed_ns;
-        duration = static_cast<double>(times.completed_ns - times.started_ns) / 1e6;
-      }
+    entry.created_ns = times.created_ns;
+    if (found == pending.end()) {
+      entry.state = traces::FlightRecorderState::kCompleted;
+      ++lane.started;
+      ++lane.completed;
+      entry.started_ns = times.started_ns;
+      entry.completed_ns = times.completed_ns;
     } else {
       const PendingCollective& p = *found->second;
-      created = p.enqueued_ns;
+      entry.created_ns = p.enqueued_ns;
       if (p.arrived_ns >= 0) {
         // NCCL's kernel runs once its stream reaches it, spinning for the peers: "started".
-        state = "started";
-        started = p.arrived_ns;
-        ++count.started;
-      } else {
-        state = "scheduled";
+        entry.state = traces::FlightRecorderState::kStarted;
+        entry.started_ns = p.arrived_ns;
+        ++lane.started;
       }
     }
-    const std::string dtype(traces::TorchScalarTypeName(coll->dtype));
-    nlohmann::ordered_json entry;
-    entry["record_id"] = record_id++;
-    entry["pg_id"] = comm;
-    entry["process_group"] = {std::to_string(comm), communicator.name};
-    entry["collective_seq_id"] = count.coll;
-    entry["p2p_seq_id"] = count.p2p;
-    entry["op_id"] = count.ops;
-    // ProcessGroupNCCL::send / recv name p2p work "nccl:send 2->3" / "nccl:recv 3<-2" with
-    // ranks in the process group.
-    std::string profiling_name = fmt::format("nccl:{}", traces::CollectiveTypeName(coll->type));
-    if (p2p) {
-      const auto group_rank = [&](int32_t global) {
-        auto it = std::find(communicator.ranks.begin(), communicator.ranks.end(), global);
-        return it == communicator.ranks.end() ? global : static_cast<int32_t>(it - communicator.ranks.begin());
-      };
-      profiling_name += fmt::format(" {}{}{}", group_rank(rank), coll->type == CollectiveType::kSend ? "->" : "<-",
-                                    group_rank(coll->peer));
-    }
-    entry["profiling_name"] = profiling_name;
-    entry["time_created_ns"] = created >= 0 ? nlohmann::ordered_json(created) : nlohmann::ordered_json(nullptr);
-    entry["input_sizes"] = {{in}};
-    entry["input_dtypes"] = {dtype};
-    entry["output_sizes"] = {{out}};
-    entry["output_dtypes"] = {dtype};
-    entry["state"] = state;
-    entry["time_discovered_started_ns"] = started;
-    entry["time_discovered_completed_ns"] = completed;
-    entry["duration_ms"] = duration;
-    entry["retired"] = done;
-    entry["timeout_ms"] = static_cast<int64_t>(timeout_ms);
-    entry["is_p2p"] = p2p;
-    entry["frames"] = nlohmann::ordered_json::array();
     entries.push_back(entry);
   }
-  // The ring buffer keeps the last N entries.
-  const auto keep = static_cast<size_t>(std::max(0, options.flight_recorder_entries));
-  if (entries.size() > keep) entries.erase(entries.begin(), entries.end() - static_cast<std::ptrdiff_t>(keep));
-  nlohmann::ordered_json pg_config = nlohmann::ordered_json::object(), pg_status = nlohmann::ordered_json::object();
-  const auto& binding = schedule.ranks[static_cast<size_t>(rank)].comm_binding;
-  std::set<int32_t> comms(binding.begin(), binding.end());
-  for (int32_t comm : comms) {
-    const traces::Communicator& communicator = schedule.communicators[static_cast<size_t>(comm)];
-    std::string ranks = "[";
-    for (size_t i = 0; i < communicator.ranks.size(); ++i) ranks += (i ? ", " : "") + std::to_string(communicator.ranks[i]);
-    ranks += "]";
-    pg_config[std::to_string(comm)] = {{"name", std::to_string(comm)}, {"desc", communicator.name}, {"ranks", ranks}};
-    const PgCount c = counts.count(comm) ? counts.at(comm) : PgCount{};
-    pg_status[std::to_string(comm)] = {{"last_enqueued_collective", c.ops},
-                                       {"last_started_collective", c.started},
-                                       {"last_completed_collective", c.completed}};
-  }
+  std::vector<traces::FlightRecorderLane> lane_list;
+  for (const auto& [comm, lane] : lanes) lane_list.push_back(lane);
   nlohmann::ordered_json j;
-  // FlightRecorder.hpp: version_val "2.10" at the time of writing.
-  j["version"] = "2.10";
-  j["pg_config"] = pg_config;
-  j["pg_status"] = pg_status;
-  j["entries"] = entries;
+  traces::WriteFlightRecorderDump(schedule, rank, entries, lane_list,
+                                  {options.flight_recorder_entries, static_cast<int64_t>(timeout_ms)}, j);
   return j.dump(2) + "\n";
 }
 
