@@ -36,12 +36,8 @@ std::string RuntimeFlightRecorderJson(const traces::Schedule& schedule, const st
                                   : traces::FlightRecorderState::kScheduled;
     entries.push_back(e);
   }
-  std::vector<traces::FlightRecorderLane> lane_counts;
-  for (const FlightLane& lane : lanes) {
-    lane_counts.push_back({lane.communicator, lane.issued, lane.started, lane.completed});
-  }
   nlohmann::ordered_json j;
-  traces::WriteFlightRecorderDump(schedule, context.rank, entries, lane_counts,
+  traces::WriteFlightRecorderDump(schedule, context.rank, entries, lanes,
                                   {context.entries_limit, static_cast<int64_t>(context.timeout_s * 1e3)}, j);
   nlohmann::ordered_json ours;
   ours["rank"] = context.rank;

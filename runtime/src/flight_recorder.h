@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "shardscope/traces/flight_recorder_dump.h"
 #include "shardscope/traces/schedule.h"
 
 namespace shardscope::runtime {
@@ -33,12 +34,7 @@ struct FlightRecord {
 };
 
 // Per communicator of the rank: collectives (and p2p) issued, started and completed.
-struct FlightLane {
-  int32_t communicator = 0;
-  int64_t issued = 0;
-  int64_t started = 0;
-  int64_t completed = 0;
-};
+using FlightLane = traces::FlightRecorderLane;
 
 struct FlightDumpContext {
   int32_t rank = 0;
