@@ -195,12 +195,7 @@ class HostRank final : public Device {
         break;
       }
     }
-    const int local_ok = local.ok() ? 1 : 0;
-    int all_ok = 0;
-    SHARDSCOPE_RETURN_IF_ERROR(
-        MpiStatus(MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce"));
-    if (!local.ok()) return local;
-    if (all_ok == 0) return Status::InvalidInput("another rank rejected its program (its message says why)");
+    SHARDSCOPE_RETURN_IF_ERROR(AgreeAcrossRanks(local, "rejected its program"));
     // Every rank splits the world once per schedule communicator, in index order (the split
     // is collective over the world); non-members pass MPI_UNDEFINED and get MPI_COMM_NULL.
     comms_.assign(plan_.communicators.size(), MPI_COMM_NULL);

@@ -13,6 +13,16 @@ MpiWorldDup::~MpiWorldDup() {
 
 Status MpiWorldDup::Init() { return MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup"); }
 
+Status AgreeAcrossRanks(const Status& local, std::string_view what_failed) {
+  const int local_ok = local.ok() ? 1 : 0;
+  int all_ok = 0;
+  SHARDSCOPE_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce"));
+  if (!local.ok()) return local;
+  if (all_ok == 0) return Status::InvalidInput(fmt::format("another rank {} (its message says why)", what_failed));
+  return Status::Ok();
+}
+
 namespace {
 constexpr int kStateTag = 1;   // a rank's progress per communicator; also "dump now"
 constexpr int kDumpedTag = 2;  // a rank wrote its dump

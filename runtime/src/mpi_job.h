@@ -53,6 +53,12 @@ class MpiPeerChannel final : public PeerChannel {
   std::vector<MPI_Request> requests_;
 };
 
+// Every process learns whether all of them succeeded (MPI_Allreduce MIN of a flag over
+// MPI_COMM_WORLD), so no process goes on into a collective that a failed peer will never
+// reach. Returns `local` when it failed (its own message), kInvalidInput "another rank
+// <what_failed> (its message says why)" when only a peer failed, Ok when all succeeded.
+Status AgreeAcrossRanks(const Status& local, std::string_view what_failed);
+
 struct LocalRankOutput {
   RankResult result;
   std::vector<int64_t> slices;  // flattened SliceRecords (host_timeline_slices.h)

@@ -82,12 +82,7 @@ class Job {
                                                   assignment.devices[i], capacity));
       local = ranks_.back()->SetupLocal();
     }
-    const int local_ok = local.ok() ? 1 : 0;
-    int all_ok = 0;
-    SHARDSCOPE_RETURN_IF_ERROR(
-        MpiStatus(MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce"));
-    if (!local.ok()) return local;
-    if (all_ok == 0) return Status::InvalidInput("another rank failed its setup (its message says why)");
+    SHARDSCOPE_RETURN_IF_ERROR(AgreeAcrossRanks(local, "failed its setup"));
     // Phase 2: NCCL, already under the watchdog (an initialization that never completes, a
     // peer that died in it, is a hang like any other). The core's watchdog, with progress read
     // from the collectives' CUDA events and every NCCL communicator aborted before MPI_Abort.
