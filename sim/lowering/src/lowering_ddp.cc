@@ -66,13 +66,32 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
     return cast_numel(module) * DTypeSize(ctx.compute_dtype);
   };
 
-  // Model states: the parameters (fp32, or bf16 under pure_bf16), AdamW moments in the same
-  // dtype, and the reducer's flat bucket buffers.
+  // Per-parameter tensors: the caching allocator sees one block per parameter (and per
+  // parameter's gradient, cast and moment), as PyTorch makes them.
+  const auto param_tensor = [](const char* prefix, const ModuleKernels& module, const ParamTensor& param) {
+    return fmt::format("{}.{}.{}", prefix, module.name, param.name);
+  };
+  const auto casts = [&](const ParamTensor& param) { return param.matmul && ctx.compute_dtype != ctx.master_dtype; };
+
+  // Model states: the parameters (fp32, or bf16 under pure_bf16), each its own tensor
+  // (nn.Linear / nn.Embedding / RMSNorm __init__: Parameter(torch.empty(...)) per weight,
+  // moved to the GPU one by one by Module._apply); AdamW's moments, also one per parameter
+  // (torch/optim/adamw.py _init_group: state["exp_avg"] = torch.zeros_like(p) and
+  // state["exp_avg_sq"] likewise, made by the first step and kept); and the reducer's flat
+  // bucket buffers, one per bucket (reducer.cpp Reducer::initialize_buckets:
+  // bucket.gradients = at::empty({offset}, options), the parameters' gradients copied into
+  // views of it).
   const int64_t master = ctx.MasterBytes();
   b.SetPhase(Phase::kNone);
-  b.Allocate("params", total_numel * master, compute);
-  b.Allocate("exp_avg", total_numel * master, compute);
-  b.Allocate("exp_avg_sq", total_numel * master, compute);
+  for (const char* state : {"params", "exp_avg", "exp_avg_sq"}) {
+    for (const ModuleKernels& module : ctx.modules) {
+      b.SetModule(module.name);
+      for (const ParamTensor& param : module.params) {
+        b.Allocate(param_tensor(state, module, param), param.numel * master, compute);
+      }
+    }
+  }
+  b.SetModule("");
   for (size_t i = 0; i < buckets.size(); ++i) {
     b.Allocate(fmt::format("bucket.{}", i), buckets[i].bytes, compute);
   }
@@ -91,17 +110,27 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       b.SetModule(module.name);
       // autocast casts the fp32 weights of GEMMs (linear weights and biases; norms run in fp32
       // and the embedding lookup reads its fp32 table) to bf16 once per forward
-      // (aten/src/ATen/autocast_mode.cpp: the lower-precision op list and its cast cache).
-      // Autograd keeps the copies for the GEMMs' backward; under activation checkpointing
-      // the forward's copies die when autocast exits and the recompute casts again.
+      // (aten/src/ATen/autocast_mode.cpp: the lower-precision op list and its cast cache, one
+      // cached copy per weight tensor). Autograd keeps the copies for the GEMMs' backward;
+      // under activation checkpointing the forward's copies die when autocast exits and the
+      // recompute casts again.
       if (cast_bytes(module) > 0) {
-        b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
+        for (const ParamTensor& param : module.params) {
+          if (casts(param)) {
+            b.Allocate(param_tensor("weight_cast", module, param), param.numel * DTypeSize(ctx.compute_dtype), compute);
+          }
+        }
         b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * master, cast_bytes(module));
       }
       EmitForwardKernels(ctx, b, compute, module);
     }
+    const auto free_casts = [&](const ModuleKernels& module) {
+      for (const ParamTensor& param : module.params) {
+        if (casts(param)) b.Free(param_tensor("weight_cast", module, param));
+      }
+    };
     for (const ModuleKernels& module : ctx.modules) {  // autocast exits: only saved copies live on
-      if (Checkpointed(ctx, module) && cast_bytes(module) > 0) b.Free("weight_cast." + module.name);
+      if (Checkpointed(ctx, module)) free_casts(module);
     }
     b.SetPhase(Phase::kBackward);
     // The loss's backward runs first, before any parameter gradient exists (KernelPart).
@@ -112,41 +141,64 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
       const size_t m = ctx.modules.size() - 1 - step;
       const ModuleKernels& module = ctx.modules[m];
       b.SetModule(module.name);
-      const int64_t grad_bytes = module.param_numel() * master;
-      // AccumulateGrad: the first micro-batch's gradients become .grad; later ones are
-      // added into it.
-      const std::string grad = mb == 0 ? "grad." + module.name : "grad_tmp." + module.name;
-      b.Allocate(grad, grad_bytes, compute);
+      // AccumulateGrad: the first micro-batch's gradient of a parameter becomes its .grad
+      // (its own tensor: gradient_as_bucket_view is False by default, distributed.py); later
+      // ones are added into it and dropped.
+      const auto grad = [&](const ParamTensor& param) { return param_tensor(mb == 0 ? "grad" : "grad_tmp", module, param); };
       const bool recompute = Checkpointed(ctx, module);
       if (recompute && cast_bytes(module) > 0) {  // the recompute runs under autocast again
-        b.Allocate("weight_cast." + module.name, cast_bytes(module), compute);
+        for (const ParamTensor& param : module.params) {
+          if (casts(param)) {
+            b.Allocate(param_tensor("weight_cast", module, param), param.numel * DTypeSize(ctx.compute_dtype), compute);
+          }
+        }
         b.MemoryKernel(compute, "autocast::to_copy", cast_numel(module) * master, cast_bytes(module));
       }
-      // The GEMMs produce bf16 weight gradients; the cast's backward turns them into fp32.
-      if (cast_bytes(module) > 0) b.Allocate("grad_lowp." + module.name, cast_bytes(module), compute);
       EmitRecompute(ctx, b, compute, module);
       // Reducer::autograd_hook runs per parameter, from AccumulateGrad's post-hook, as soon as
       // that parameter's gradient is complete (reducer.cpp mark_variable_ready): the gradient
       // is copied into its bucket (gradient_as_bucket_view=False) and every bucket now
       // complete is launched, in order (mark_bucket_ready) — while the module's remaining
       // backward kernels still run.
+      // Each parameter's gradient is allocated by the kernel that produces it: a GEMM under
+      // autocast writes a bf16 weight gradient (its own tensor), which autocast's
+      // ToCopyBackward turns into the fp32 gradient (a new tensor; the bf16 one is dropped);
+      // a kernel in the parameter's own dtype (norms, the embedding, no autocast) writes it
+      // directly.
       const std::vector<std::vector<size_t>> ready_after = GradReadyAfter(module);
       for (size_t k = 0; k < module.backward.size(); ++k) {
         const ModuleKernel& kernel = module.backward[k];
         if (IsLossKernel(kernel)) continue;
+        for (size_t p : ready_after[k]) {
+          const ParamTensor& param = module.params[p];
+          if (casts(param)) {
+            b.Allocate(param_tensor("grad_lowp", module, param), param.numel * DTypeSize(ctx.compute_dtype), compute);
+          } else {
+            b.Allocate(grad(param), param.numel * master, compute);
+          }
+        }
         EmitBackwardRange(ctx, b, compute, module, k, k + 1);
         if (ready_after[k].empty()) continue;
         int64_t numel = 0, cast = 0;
         for (size_t p : ready_after[k]) {
           numel += module.params[p].numel;
-          cast += module.params[p].matmul && ctx.compute_dtype != ctx.master_dtype ? module.params[p].numel : 0;
+          cast += casts(module.params[p]) ? module.params[p].numel : 0;
         }
         params_ready += static_cast<int64_t>(ready_after[k].size());
         // autocast's ToCopyBackward: the bf16 weight gradients become fp32.
         if (cast > 0) {
+          for (size_t p : ready_after[k]) {
+            if (casts(module.params[p])) b.Allocate(grad(module.params[p]), module.params[p].numel * master, compute);
+          }
           b.MemoryKernel(compute, "autocast::to_copy_backward", cast * DTypeSize(ctx.compute_dtype), cast * master);
+          for (size_t p : ready_after[k]) {
+            if (casts(module.params[p])) b.Free(param_tensor("grad_lowp", module, module.params[p]));
+          }
         }
-        if (mb > 0) b.MemoryKernel(compute, "AccumulateGrad", 2 * numel * master, numel * master);
+        if (mb > 0) {
+          b.MemoryKernel(compute, "AccumulateGrad", 2 * numel * master, numel * master);
+          for (size_t p : ready_after[k]) b.Free(grad(module.params[p]));
+        }
         if (!sync) continue;
         b.HostWork("DDP::autograd_hook", plan.host.hook_overhead_ns);
         b.MemoryKernel(compute, "DDP::copy_grad_to_bucket", numel * master, numel * master);
@@ -160,11 +212,8 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
           ++next_bucket;
         }
       }
-      if (cast_bytes(module) > 0) {
-        b.Free("grad_lowp." + module.name);
-        b.Free("weight_cast." + module.name);
-      }
-      if (mb > 0) b.Free(grad);
+      // The module's backward is done: autograd drops the saved weight casts.
+      free_casts(module);
     }
     // Reducer::finalize_backward: for each bucket in order, wait for its all-reduce
     // (future_work->wait() makes the current stream wait), then copy the averaged bucket
@@ -185,7 +234,10 @@ traces::Program LowerDdpProgram(const LoweringContext& ctx) {
   for (const ModuleKernels& module : ctx.modules) {
     EmitAdamWStep(ctx, b, compute, module.name, module.param_numel(), ctx.MasterBytes());
   }
-  for (const ModuleKernels& module : ctx.modules) b.Free("grad." + module.name);
+  // zero_grad(set_to_none=True): every parameter's .grad is dropped.
+  for (const ModuleKernels& module : ctx.modules) {
+    for (const ParamTensor& param : module.params) b.Free(param_tensor("grad", module, param));
+  }
   return b.Finish();
 }
 

@@ -31,7 +31,10 @@ struct FlatParam {
   bool unsharded = false;    // the padded unsharded flat parameter is allocated
   bool prefetched = false;   // handle._prefetched: an unshard was issued ahead of its use
   bool grad_live = false;    // the unsharded gradient (param_dtype) exists
-  bool fp32_live = false;    // fairscale: fp32 accumulated gradient storage exists
+  bool fp32_live = false;    // fairscale concat: the flat fp32 gradient buffer exists
+  // fairscale, the old way (optimize_backward_concat false): the per-parameter fp32
+  // gradients accumulated so far, one tensor each, in the order they were made.
+  std::vector<std::string> fp32_param_grads;
   bool grad_shard_live = false;  // the sharded fp32 gradient (_saved_grad_shard) exists
   int32_t lowp_param_grads = 0;  // fairscale concat: per-parameter low-precision grads kept
   bool grad_flat_live = false;   // fairscale concat: the flat low-precision gradient exists

@@ -70,11 +70,16 @@ void Fsdp1Lowering::AfterPreBackward(size_t unit) {
 // FlattenParamsWrapper._grad_accumulation_hook runs per parameter as autograd produces
 // its low-precision gradient: the gradient is added into fp32 storage and dropped, so
 // one parameter's low-precision gradient is alive at a time. The fp32 storage is made
-// by the first micro-batch since the last reduction: per-parameter fp32 gradients
-// (optimize_backward_concat false, the path before fairscale PR #1186) or one flat
+// by the first micro-batch since the last reduction: one fp32 gradient tensor per
+// parameter, each made by that parameter's first accumulation and its own caching-allocator
+// block (optimize_backward_concat false, the path before fairscale PR #1186: a list of fp32
+// gradients indexed by parameter — the hook's commented-out `param_index` argument in
+// fairscale/nn/misc/flatten_params_wrapper.py _grad_accumulation_hook is what is left of
+// it — which PR #1186 replaced "to directly allocate flattened fp32 grads"), or one flat
 // buffer whose slices the hooks fill (true: _unflatten_params_as_views allocates
-// fp32_grads = zeros(total numel, float32) in forward (AllocateFp32Grads) and each hook
-// adds into fp32_grads[start:end]).
+// fp32_grads = torch.zeros(total numel, float32).cuda() in forward (AllocateFp32Grads) and
+// each hook adds into fp32_grads[start:end]). The hooks fire in the order autograd finishes
+// the parameters' gradients: the module's parameters from the last used to the first.
 // The backward reaches the flat parameter (the views' SplitWithSizesBackward, a
 // torch.cat of the per-parameter low-precision gradients) on every micro-batch the old
 // way, and with optimize_backward_concat only on the synced one (PR #1184: "only let the
@@ -90,14 +95,18 @@ void Fsdp1Lowering::AfterModuleBackward(size_t m) {
   const int64_t pbytes = DTypeSize(param_dtype_);
   Fsdp1Unit& u = units_[unit];
   const bool keep_lowp = sync_ || !cfg_.optimize_backward_concat;
-  for (const ParamTensor& param : module.params) {
+  for (auto it = module.params.rbegin(); it != module.params.rend(); ++it) {
+    const ParamTensor& param = *it;
     FlatParam& p = u.params.size() > 1 && IsExpertParam(param) ? u.params[1] : u.params[0];
     const int64_t numel = p.expert ? param.numel / std::max<int32_t>(1, ctx_.plan.moe.expert_parallel) : param.numel;
     if (!p.fp32_live) {
-      // The old way: each parameter's fp32 gradient is made by its first accumulation
-      // (estimate: the unit's as one allocation at its first parameter).
-      b_.Allocate("fp32_grads." + p.name, p.numel * kFp32Bytes, compute_);
-      p.fp32_live = true;
+      // The old way: this parameter's fp32 gradient, made by its first accumulation since
+      // the last reduction (numel x 4 B, its own block) and kept across micro-batches.
+      const std::string fp32 = fmt::format("fp32_grads.{}.{}", module.name, param.name);
+      if (std::find(p.fp32_param_grads.begin(), p.fp32_param_grads.end(), fp32) == p.fp32_param_grads.end()) {
+        b_.Allocate(fp32, numel * kFp32Bytes, compute_);
+        p.fp32_param_grads.push_back(fp32);
+      }
     }
     const std::string lowp = fmt::format("grad_lowp.{}.{}", p.name, p.lowp_param_grads);
     b_.Allocate(lowp, numel * pbytes, compute_);
@@ -161,14 +170,16 @@ void Fsdp1Lowering::PostBackward(size_t unit) {
       }
       if (sync_ && !cfg_.optimize_backward_concat) {
         // The old way: on the reducing micro-batch the per-parameter fp32 gradients are
-        // concatenated into one flat fp32 gradient for the reduce-scatter (the flat
-        // parameter's split backward, a torch.cat): a transient second copy of the unit's
-        // unsharded fp32 gradient (PR #1186: "avoid extra memory usage caused by concat(),
-        // directly allocate flattened fp32 grads"). Estimate: the per-parameter fp32
-        // gradients are released right after the concatenation.
+        // concatenated into one flat fp32 gradient for the reduce-scatter (a torch.cat into a
+        // new numel x 4 B tensor, which becomes param.unsharded_main_grad in
+        // _post_backward_hook): while it runs, the unit's unsharded fp32 gradient exists twice
+        // (PR #1186: "avoid extra memory usage caused by concat(), directly allocate flattened
+        // fp32 grads"). Then the list is dropped (fp32_grads = None in _post_backward_hook,
+        // as the optimize_backward_concat path still does), freeing every per-parameter block.
         b_.Allocate("fp32_flat_grad." + p.name, p.numel * kFp32Bytes, compute_);
         b_.MemoryKernel(compute_, "fairscale::cat_fp32_grads", p.numel * kFp32Bytes, p.numel * kFp32Bytes);
-        b_.Free("fp32_grads." + p.name);
+        for (const std::string& fp32 : p.fp32_param_grads) b_.Free(fp32);
+        p.fp32_param_grads.clear();
         p.fp32_live = false;
       }
     } else if (p.grad_live) {

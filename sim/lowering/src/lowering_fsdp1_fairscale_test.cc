@@ -3,7 +3,14 @@
 // its prefetch order, the ReduceScatterBucketer, and the strategies it lacks.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "lowering_fsdp1_test_support.h"
+#include "shardscope/sim/lowering/schedule_metadata.h"
+#include "shardscope/sim/models/caching_allocator.h"
+#include "shardscope/sim/models/cost_provider.h"
+#include "shardscope/sim/simulate/simulate.h"
 
 // In the helpers' namespace, so the tests call them unqualified.
 namespace shardscope::sim::fsdp1_test {
@@ -166,6 +173,131 @@ TEST(Fsdp1Fairscale, ReduceScatterBucketerBatchesSmallShards) {
   ASSERT_GT(root, 1024 * 1024 / 4 / 8);
   EXPECT_EQ(reduce_scatters(MustLower(plan)), direct);
   (void)with;
+}
+
+// A llama-like toy whose root FlatParameter (token embedding + final norm + output) is the
+// largest unit: vocab 32768, hidden 256, two blocks of 791,040 parameters.
+//   N_root = 2 x 32768 x 256 + 256 = 16,777,472 parameters
+//   fp32: 4 x N_root = 67,109,888 B (a multiple of 512 B: the caching allocator's request)
+//   a fresh segment for it: >= 10 MiB, so rounded up to 2 MiB: 69,206,016 B (66 MiB)
+//   per parameter: tok_embeddings and output 32768 x 256 x 4 = 33,554,432 B (32 MiB) each,
+//   the norm 1 KiB (small pool).
+// seq 128 with full activation checkpointing; the loss's fp32 logits (the upcast, its
+// log_softmax and its gradient) are mb x 128 x 32768 x 4 B = mb x 16 MiB.
+Plan FairscaleConcatToy(int32_t micro_batch, bool optimize_backward_concat) {
+  Plan plan = test_support::MustParsePlan(
+      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 32768}\n"
+      "cluster: {preset: dgx-a100, nodes: 1}\n"
+      "strategy: fsdp2\n"
+      "training: {seq_len: 128, micro_batch_size: " +
+      std::to_string(micro_batch) + ", grad_accum_steps: 2, dtype: bf16, activation_checkpointing: full}\n");
+  plan.strategy = Strategy::kFsdp1;
+  plan.fsdp1.implementation = Fsdp1Implementation::kFairscale;
+  plan.fsdp1.no_sync = true;
+  plan.fsdp1.optimize_backward_concat = optimize_backward_concat;
+  return plan;
+}
+
+constexpr int64_t kRootNumel = 2 * 32768 * 256 + 256;
+constexpr int64_t kRootFp32 = 4 * kRootNumel;             // 67,109,888 B
+constexpr int64_t kRootFp32Segment = 33 * 2 * 1024 * 1024;  // 66 MiB: 64 MiB + 1 KiB rounded up
+
+TEST(Fsdp1Fairscale, ConcatMakesOneFp32GradientPerParameterThenOneFlatCopy) {
+  // fairscale before PR #1186: each parameter's fp32 gradient is its own tensor, made by its
+  // first accumulation (micro-batch 0) and kept; the synced micro-batch concatenates them into
+  // one flat fp32 tensor and drops them. The root's: two 32 MiB blocks and the norm's 1 KiB,
+  // then one 4 x N_root copy.
+  const Schedule schedule = MustLower(FairscaleConcatToy(1, false));
+  const traces::Program& p = schedule.ProgramOf(0);
+  std::vector<int64_t> root_param_grads;
+  int64_t flat = 0, flat_count = 0, per_param_total = 0;
+  for (const traces::Op& op : p.ops) {
+    const auto* a = std::get_if<traces::AllocateOp>(&op.payload);
+    if (a == nullptr) continue;
+    if (TensorStartsWith(p, a->tensor, "fp32_grads.")) {
+      per_param_total += a->bytes;
+      const std::string& name = p.tensors[static_cast<size_t>(a->tensor)];
+      if (name.rfind("fp32_grads.layers.", 0) != 0) root_param_grads.push_back(a->bytes);
+    }
+    if (TensorStartsWith(p, a->tensor, "fp32_flat_grad.root")) {
+      flat = a->bytes;
+      ++flat_count;
+    }
+  }
+  // Made once (micro-batch 0), in the order autograd finishes them: the output projection
+  // and the final norm (head, last parameter first), then the token embedding.
+  EXPECT_EQ(root_param_grads, (std::vector<int64_t>{33554432, 1024, 33554432}));
+  const UnitNumels u = Units(FairscaleConcatToy(1, false));
+  EXPECT_EQ(u.root, kRootNumel);
+  EXPECT_EQ(per_param_total, kFp32 * (u.root + u.blocks[0] + u.blocks[1]));
+  EXPECT_EQ(flat_count, 1);
+  EXPECT_EQ(flat, kRootFp32);
+}
+
+// Records rank 0's allocator history.
+class HistoryObserver : public EngineObserver {
+ public:
+  bool WantsRank(int32_t rank) const override { return rank == 0; }
+  void OnHostSpan(const HostSpan&) override {}
+  void OnDeviceSpan(const DeviceSpan&) override {}
+};
+
+std::vector<TraceEntry> RankZeroHistory(const Schedule& schedule) {
+  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
+  EXPECT_TRUE(setup.ok());
+  if (!setup.ok()) return {};
+  ClusterCostProvider costs(schedule, setup->cluster);
+  EngineConfig config = EngineConfigFor(*setup, schedule.world_size());
+  config.memory.record_history = true;
+  HistoryObserver observer;
+  StatusOr<SimulationResult> result = Simulate(schedule, costs, config, &observer);
+  EXPECT_TRUE(result.ok());
+  if (!result.ok()) return {};
+  return result->ranks[0].memory.history;
+}
+
+// Bytes of the fresh segments cudaMalloc'd for allocations of exactly `bytes` (0 when each
+// was served from the cache), over the whole run (the warm-up step and the measured one).
+int64_t FreshSegmentBytesFor(const std::vector<TraceEntry>& history, int64_t bytes) {
+  int64_t fresh = 0;
+  for (size_t i = 1; i < history.size(); ++i) {
+    if (history[i].action == "alloc" && history[i].size == bytes && history[i - 1].action == "segment_alloc") {
+      fresh += history[i - 1].size;
+    }
+  }
+  return fresh;
+}
+
+TEST(Fsdp1Fairscale, ConcatSpikeIsOneFreshSegmentOfTheLargestUnitsFp32Gradient) {
+  // The spike fairscale PR #1186 removed: the synced micro-batch's torch.cat of the root's
+  // per-parameter fp32 gradients needs one contiguous 4 x N_root block while those gradients
+  // are still alive. Best fit takes the smallest cached block that holds it; when none does,
+  // cudaMalloc adds a segment of 4 x N_root rounded up to 2 MiB: 69,206,016 B, once for the
+  // run (the next step's cat reuses it). The cached blocks then are the per-parameter fp32
+  // (32 MiB) and bf16 (16 MiB) gradients, the unsharded bf16 blocks and the loss's fp32
+  // logits blocks (mb x 16 MiB, freed by the loss's backward at the start of the synced
+  // backward). So for mb = 1, 2, 4 (16, 32, 64 MiB logits, all < 67,109,888 B: the norm's
+  // 1 KiB is what the 64 MiB block lacks) the cat costs exactly one fresh 66 MiB segment,
+  // whatever the micro-batch size; at mb = 8 the 128 MiB cached logits block holds it and
+  // the cat costs no reserved memory at all. The slice way (optimize_backward_concat) never
+  // allocates a 4 x N_root block in backward: its flat buffer is made in forward, and the
+  // hooks add into its slices.
+  // Before the per-parameter blocks, the root's fp32 gradient was one 4 x N_root block made
+  // at the head's output.weight (its first parameter in backward): at micro-batch sizes whose
+  // cached logits block is large enough, best fit split that logits block, and the next
+  // micro-batch's loss needed fresh segments for its logits — reserved memory then depended
+  // on which cached logits block a whole unit's gradient happened to fit (the 0.9x-2x swing
+  // of examples/fairscale-grad-concat). Per-parameter blocks are the size of the weights that
+  // produce them and land where those sizes fit.
+  for (int32_t mb : {1, 2, 4, 8}) {
+    const std::vector<TraceEntry> concat = RankZeroHistory(MustLower(FairscaleConcatToy(mb, false)));
+    const std::vector<TraceEntry> slice = RankZeroHistory(MustLower(FairscaleConcatToy(mb, true)));
+    ASSERT_FALSE(concat.empty());
+    EXPECT_EQ(FreshSegmentBytesFor(concat, kRootFp32), mb < 8 ? kRootFp32Segment : 0) << "mb " << mb;
+    // The slice way's only 4 x N_root block is its flat buffer, one fresh segment too (made
+    // in the first forward, before any logits exist).
+    EXPECT_EQ(FreshSegmentBytesFor(slice, kRootFp32), kRootFp32Segment) << "mb " << mb;
+  }
 }
 
 TEST(Fsdp1Fairscale, RejectsStrategiesFairscaleDoesNotHave) {

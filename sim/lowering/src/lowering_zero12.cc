@@ -48,6 +48,11 @@ class Zero12Lowering {
   void CopyGradsInPartition(int64_t numel);
   void ReleaseIpgBuffers(bool keep_grads_in_partition);
   int64_t ElementBytes() const { return DTypeSize(ctx_.compute_dtype); }
+  // Autograd's gradient of module.params[param] (one tensor per parameter), or the new one a
+  // later micro-step adds into it.
+  static std::string GradTensor(const ModuleKernels& module, size_t param, bool accumulating) {
+    return fmt::format("{}.{}.{}", accumulating ? "grad_tmp" : "grad", module.name, module.params[param].name);
+  }
 
   const LoweringContext& ctx_;
   const bool stage2_;
@@ -160,25 +165,29 @@ traces::Program Zero12Lowering::Lower() {
         const int64_t grad_bytes = leaf.numel * es;
         // Autograd: the first micro-step's gradients become .grad (zero_grad(set_to_none)
         // left none); later ones are added into the kept .grad (stage 1 only: stage 2's
-        // epilogue dropped them).
+        // epilogue dropped them). One tensor per parameter.
         const bool accumulate = !stage2_ && mb > 0;
-        b_.Allocate(accumulate ? "grad_tmp." + leaf.name : "grad." + leaf.name, grad_bytes, compute_);
+        for (size_t i : leaf.params) {
+          b_.Allocate(GradTensor(module, i, accumulate), module.params[i].numel * es, compute_);
+        }
         const auto [begin, end] = BackwardShare(module, l, leaves.size());
         EmitBackwardRange(ctx_, b_, compute_, module, begin, end);
         if (accumulate) {
           b_.MemoryKernel(compute_, "AccumulateGrad", 2 * grad_bytes, grad_bytes);
-          b_.Free("grad_tmp." + leaf.name);
+          for (size_t i : leaf.params) b_.Free(GradTensor(module, i, true));
         }
         for (auto it = leaf.params.rbegin(); it != leaf.params.rend(); ++it) {
           b_.HostWork("ZeRO::grad_handling_hook", plan.host.hook_overhead_ns);
           // process_gradients -> setup_buckets: the first hook of a backward (not
           // ready_for_gradients) allocates the IPG buffer(s).
           SetupBuckets();
-          if (reduce_in_hooks) AddGradToIpgBucket(param_base + *it);
+          if (reduce_in_hooks) {
+            AddGradToIpgBucket(param_base + *it);
+            // With contiguous_gradients the gradient now lives in the IPG buffer (grad.data =
+            // the buffer's slice): the autograd tensor is dropped.
+            b_.Free(GradTensor(module, *it, false));
+          }
         }
-        // With contiguous_gradients the gradient now lives in the IPG buffer (grad.data =
-        // the buffer's slice): the autograd tensor is dropped.
-        if (reduce_in_hooks) b_.Free("grad." + leaf.name);
       }
     }
     b_.SetModule("");
@@ -189,8 +198,10 @@ traces::Program Zero12Lowering::Lower() {
       for (size_t m = 0; m < ctx_.modules.size(); ++m) {
         const size_t base = index;
         for (const LeafModule& leaf : leaves_of[m]) {
-          for (size_t i : leaf.params) AddGradToIpgBucket(base + i);
-          b_.Free("grad." + leaf.name);
+          for (size_t i : leaf.params) {
+            AddGradToIpgBucket(base + i);
+            b_.Free(GradTensor(ctx_.modules[m], i, false));
+          }
         }
         index += ctx_.modules[m].params.size();
       }

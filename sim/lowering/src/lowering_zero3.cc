@@ -59,10 +59,10 @@ void Zero3Lowering::ReduceIndependent(size_t s, int32_t micro_batch) {
     return;
   }
   const int64_t es = ElementBytes();
-  const std::string grad = "grad." + subs_[s].name;
-  bool all_copied = true;
-  for (auto it = subs_[s].param_numels.rbegin(); it != subs_[s].param_numels.rend(); ++it) {
-    const int64_t numel = *it;
+  const std::vector<int64_t>& numels = subs_[s].param_numels;
+  for (size_t k = numels.size(); k-- > 0;) {
+    const int64_t numel = numels[k];
+    const std::string grad = GradTensor(s, k);
     GradHookReduceIfFull(numel, micro_batch);
     if (reduce_ != compute_) {
       const std::string ready = fmt::format("grad_ready.{}", grad_ready_events_++);
@@ -71,18 +71,14 @@ void Zero3Lowering::ReduceIndependent(size_t s, int32_t micro_batch) {
     }
     if (zero.contiguous_gradients && elements_in_ipg_bucket_ + numel <= zero.reduce_bucket_size) {
       b_.MemoryKernel(reduce_, "ZeRO::copy_grad_to_ipg_bucket", numel * es, numel * es);
+      b_.RecordStream(grad, reduce_);
+      b_.Free(grad);
     } else {
-      all_copied = false;
+      grads_to_free_at_reduce_.push_back(grad);
     }
     elements_in_ipg_bucket_ += numel;
     padded_in_ipg_bucket_ += RoundUp(numel, ctx_.world_size);
     ++params_in_ipg_bucket_;
-  }
-  if (all_copied) {
-    b_.RecordStream(grad, reduce_);
-    b_.Free(grad);
-  } else {
-    grads_to_free_at_reduce_.push_back(grad);
   }
 }
 
@@ -142,24 +138,20 @@ void Zero3Lowering::LegacyReduceIndependent(size_t s, int32_t micro_batch) {
   const ZeroConfig& zero = ctx_.plan.zero;
   const int64_t es = ElementBytes();
   const int64_t py = ctx_.plan.host.python_op_overhead_ns;
-  bool all_copied = true;
-  for (auto it = subs_[s].param_numels.rbegin(); it != subs_[s].param_numels.rend(); ++it) {
-    const int64_t numel = *it;
+  const std::vector<int64_t>& numels = subs_[s].param_numels;
+  for (size_t k = numels.size(); k-- > 0;) {
+    const int64_t numel = numels[k];
     GradHookReduceIfFull(numel, micro_batch);
     if (numel <= zero.reduce_bucket_size) {
       b_.HostWork("python op", 2 * py);  // narrow, copy_
       b_.MemoryKernel(compute_, "ZeRO::copy_grad_to_ipg_bucket", numel * es, numel * es);
+      b_.Free(GradTensor(s, k));
     } else {
-      all_copied = false;  // extra_large_param_to_reduce: reduced from its own gradient
+      // extra_large_param_to_reduce: reduced from its own gradient
+      grads_to_free_at_reduce_.push_back(GradTensor(s, k));
     }
     elements_in_ipg_bucket_ += numel;
     legacy_bucket_.push_back(numel);
-  }
-  const std::string grad = "grad." + subs_[s].name;
-  if (all_copied) {
-    b_.Free(grad);
-  } else {
-    grads_to_free_at_reduce_.push_back(grad);
   }
 }
 
@@ -386,7 +378,10 @@ traces::Program Zero3Lowering::Lower() {
         // (reduction every micro-step in stage 3); _post_backward_module_hook: release.
         b_.HostWork("ZeRO::pre_backward_hook", hook_ns);
         FetchSubModule(s);
-        b_.Allocate("grad." + subs_[s].name, subs_[s].numel * es, compute_);
+        // Autograd's gradients, one tensor per parameter (each its own block).
+        for (size_t k = 0; k < subs_[s].param_numels.size(); ++k) {
+          b_.Allocate(GradTensor(s, k), subs_[s].param_numels[k] * es, compute_);
+        }
         BackwardSlice(s);
         ReduceIndependent(s, mb);
         b_.HostWork("ZeRO::post_backward_hook", hook_ns);

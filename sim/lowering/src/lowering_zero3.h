@@ -63,6 +63,8 @@ class Zero3Lowering {
   void LegacyAllGatherParam(size_t sub, size_t param);
   void LegacySynchronizeCommunication();
   void LegacyDebugNorms(size_t sub);
+  // The autograd gradient of the submodule's `param`-th parameter.
+  std::string GradTensor(size_t sub, size_t param) const { return fmt::format("grad.{}.p{}", subs_[sub].name, param); }
   std::string LegacyBuffer(size_t sub, size_t param) const {
     return fmt::format("unsharded.{}.p{}", subs_[sub].name, param);
   }

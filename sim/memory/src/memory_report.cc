@@ -24,6 +24,7 @@ struct CategoryRule {
 constexpr CategoryRule kCategoryRules[] = {
     {"param_shard.", true, MemoryCategory::kParameters},
     {"params", false, MemoryCategory::kParameters},
+    {"params.", true, MemoryCategory::kParameters},  // DDP: one per parameter
     {"unsharded.", true, MemoryCategory::kParameters},
     {"weight_cast.", true, MemoryCategory::kParameters},
     {"grad.", true, MemoryCategory::kGradients},

@@ -67,6 +67,7 @@ int64_t Sum(const std::array<int64_t, kNumMemoryCategories>& bytes) {
 TEST(MemoryCategory, EachPrefixOfTheLowering) {
   EXPECT_EQ(CategoryOfTensor("param_shard.layers.0"), MemoryCategory::kParameters);
   EXPECT_EQ(CategoryOfTensor("params"), MemoryCategory::kParameters);
+  EXPECT_EQ(CategoryOfTensor("params.layers.0.attention.wq.weight"), MemoryCategory::kParameters);
   EXPECT_EQ(CategoryOfTensor("unsharded.root"), MemoryCategory::kParameters);
   EXPECT_EQ(CategoryOfTensor("weight_cast.layers.3"), MemoryCategory::kParameters);
   EXPECT_EQ(CategoryOfTensor("grad.head"), MemoryCategory::kGradients);
