@@ -61,13 +61,15 @@ Status CheckNcclChoices(const Schedule& schedule, const ClusterSpec& cluster) {
     const CommTopology topology = TopologyOf(cluster, comm.ranks);
     if (nccl.AnyEnabled(type, topology)) continue;
     const NcclEnv& env = cluster.nccl;
+    const auto quoted_or_unset = [](const std::string& v) { return v.empty() ? std::string("unset") : '"' + v + '"'; };
     const std::string where = env.algo_where.empty() ? std::string("cluster.nccl") : env.algo_where;
     return Status::InvalidInput(fmt::format(
         "{}: cluster.nccl.NCCL_ALGO / NCCL_PROTO: expected a choice that leaves NCCL {} an algorithm and protocol "
-        "for {} on communicator '{}' ({} ranks on {} nodes), got NCCL_ALGO \"{}\", NCCL_PROTO \"{}\", "
+        "for {} on communicator '{}' ({} ranks on {} node(s)), got NCCL_ALGO {}, NCCL_PROTO {}, "
         "NCCL_NVLS_ENABLE {}, NCCL_PAT_ENABLE {} (NCCL {} refuses such a call: \"no algorithm/protocol available\")",
         where, env.version.ToString(), traces::CollectiveTypeName(type), comm.name, topology.nranks, topology.nnodes,
-        env.algo, env.proto, env.nvls_enable, env.pat_enable, env.version.ToString()));
+        quoted_or_unset(env.algo), quoted_or_unset(env.proto), env.nvls_enable, env.pat_enable,
+        env.version.ToString()));
   }
   return Status::Ok();
 }
