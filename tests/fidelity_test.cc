@@ -4,6 +4,12 @@
 // row recorded as a known gap comes back within it (the table in the docs must stay true).
 // Published figures judge the model; no constant is fitted to them.
 //
+// Two kinds of row: a plan (tests/fidelity/<plan>.yaml) simulated whole, or one collective
+// (`collective`, `bytes`, `cluster`, `nodes`, optional `nccl` as in a plan's cluster.nccl)
+// costed by the cost provider a simulation of that cluster uses, and scored as nccl-tests
+// scores it (metric busbw_gbps: algbw = S / t, busbw = algbw x 2(n-1)/n for all_reduce,
+// (n-1)/n for all_gather and reduce_scatter; doc/PERFORMANCE.md of NVIDIA/nccl-tests).
+//
 // SHARDSCOPE_FIDELITY_TABLE=path writes the Markdown table there too
 // (scripts/regen-fidelity.sh splices it into docs/FIDELITY.md).
 #include <gtest/gtest.h>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/models/cost_provider.h"
 #include "shardscope/sim/plan/plan.h"
 #include "shardscope/sim/report/report.h"
 
@@ -34,6 +41,10 @@ const std::string kDir = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/fidelity/"
 struct Row {
   std::string id, plan, source, setup, metric, note, known_gap;
   std::string numerator, denominator;  // metric "ratio": tokens/s of one row over another's
+  // A collective row: what nccl-tests ran (nccl: the cluster.nccl mapping, in YAML flow form).
+  std::string collective, cluster, nccl;
+  int64_t bytes = 0;
+  int32_t nodes = 1;
   double published = 0;
   double tolerance = 0;  // relative; 0 = not judged (shown for information)
 };
@@ -56,6 +67,15 @@ std::vector<Row> ReadRows() {
     r.known_gap = Field(n, "known_gap");
     r.numerator = Field(n, "numerator");
     r.denominator = Field(n, "denominator");
+    r.collective = Field(n, "collective");
+    r.cluster = Field(n, "cluster");
+    if (n["bytes"]) r.bytes = n["bytes"].as<int64_t>();
+    if (n["nodes"]) r.nodes = n["nodes"].as<int32_t>();
+    if (n["nccl"]) {
+      YAML::Emitter flow;
+      flow << YAML::Flow << n["nccl"];
+      r.nccl = flow.c_str();
+    }
     r.published = n["published"].as<double>();
     r.tolerance = n["tolerance"] ? n["tolerance"].as<double>() : 0.0;
     rows.push_back(r);
@@ -89,8 +109,36 @@ const nlohmann::json& Report(const std::string& plan_file) {
   return reports.emplace(plan_file, std::move(report)).first->second;
 }
 
+// nccl-tests' busbw of one collective on a cluster, through the plan parser (so the row's
+// `nccl` mapping is read as a plan's cluster.nccl is) and the simulation's cost provider.
+std::optional<double> CollectiveBusbw(const Row& row) {
+  const std::string text =
+      fmt::format("model: llama3-8b\ncluster: {{preset: {}, nodes: {}{}}}\nstrategy: ddp\n", row.cluster, row.nodes,
+                  row.nccl.empty() ? "" : ", nccl: " + row.nccl);
+  StatusOr<sim::Plan> plan = sim::ParsePlan(text, row.id);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  const std::optional<traces::CollectiveType> type = traces::ParseCollectiveType(row.collective);
+  EXPECT_TRUE(type.has_value()) << row.id << ": unknown collective " << row.collective;
+  if (!plan.ok() || !type) return std::nullopt;
+  const int32_t n = plan->cluster.world_size();
+  traces::Schedule schedule;
+  traces::Communicator world{"world", {}};
+  for (int32_t r = 0; r < n; ++r) world.ranks.push_back(r);
+  schedule.communicators.push_back(world);
+  const sim::ClusterCostProvider costs(schedule, plan->cluster);
+  const sim::CollectiveCost cost = costs.Collective(*type, row.bytes, 0);
+  if (cost.duration_ns <= 0) return std::nullopt;
+  const double algbw_gbps = static_cast<double>(row.bytes) / static_cast<double>(cost.duration_ns);
+  const double factor = *type == traces::CollectiveType::kAllReduce ? 2.0 * (n - 1) / n
+                        : *type == traces::CollectiveType::kAllGather || *type == traces::CollectiveType::kReduceScatter
+                            ? static_cast<double>(n - 1) / n
+                            : 1.0;
+  return algbw_gbps * factor;
+}
+
 // The row's predicted figure (nullopt when the run did not complete: an OOM, a hang).
 std::optional<double> Predicted(const Row& row, const std::map<std::string, const Row*>& by_id) {
+  if (row.metric == "busbw_gbps") return CollectiveBusbw(row);
   if (row.metric == "ratio") {
     const auto a = by_id.find(row.numerator), b = by_id.find(row.denominator);
     if (a == by_id.end() || b == by_id.end()) return std::nullopt;

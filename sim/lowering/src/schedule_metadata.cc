@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "nccl_metadata.h"
 #include "shardscope/sim/models/calibration.h"
 #include "shardscope/sim/presets/mfu_conventions.h"
 
@@ -100,6 +101,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["cluster.nics_per_node"] = std::to_string(c.nics_per_node);
   m["cluster.cpu_vendor"] = std::to_string(static_cast<int>(c.cpu_vendor));
   m["cluster.gpu_direct_rdma"] = Flag(c.gpu_direct_rdma);
+  WriteNcclMetadata(c, m);
   m["gpu.name"] = g.name;
   m["gpu.arch"] = std::to_string(static_cast<int>(g.arch));
   m["gpu.sm_count"] = std::to_string(g.sm_count);
@@ -193,6 +195,7 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   }
   c.cpu_vendor = static_cast<CpuVendor>(cpu_vendor);
   c.gpu_direct_rdma = rdma == 1;
+  SHARDSCOPE_RETURN_IF_ERROR(ReadNcclMetadata(schedule.metadata, label, &c));
   g.name = md.String("gpu.name", g.name);
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.arch", arch));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.sm_count", g.sm_count));

@@ -144,6 +144,8 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
                                             &dtype_given, &seq_len_mark, &dtype_mark, &kernels_mark));
   }
   SHARDSCOPE_RETURN_IF_ERROR(ResolveKernelChoices(kernels_mark, &plan));
+  // After training: the default NCCL is the one its PyTorch release bundles.
+  SHARDSCOPE_RETURN_IF_ERROR(ResolveNccl(top.Find("cluster"), &plan));
   // The default dtype must suit the GPU too (bf16 on a V100, say); an explicit one was
   // checked where it was read.
   if (!dtype_given && !DTypeSupported(plan.cluster.gpu, plan.training.dtype)) {

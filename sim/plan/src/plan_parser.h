@@ -185,6 +185,12 @@ class PlanParser {
   Status ReadModel(const Entry& entry, ModelSpec* out) const;
   Status ReadModelFields(const Fields& fields, ModelSpec* model, bool* modified) const;
   Status ReadCluster(const Entry& entry, ClusterSpec* cluster, ContentionConfig* contention) const;
+  // cluster.network: the leaf/spine tiers.
+  Status ReadNetwork(const Entry& entry, NetworkTiers* out) const;
+  // cluster.nccl, read after training: the release (the plan's, or the one PyTorch's wheels of
+  // training.pytorch_version bundle) decides which NCCL_ALGO / NCCL_PROTO names exist.
+  // `cluster` may be null or a preset name (then only the default is resolved).
+  Status ResolveNccl(const Entry* cluster, Plan* plan) const;
   // cluster.calibration: the profile path, resolved and read (its GPU must be the cluster's);
   // the fitted launch cost and contention factors go into `plan`.
   Status ReadCalibration(const Entry& entry, Plan* plan) const;

@@ -89,9 +89,19 @@ inline constexpr std::array<std::string_view, 26> kModelKeys = {
     // them an override of such a preset could reach a state the file cannot repair.
     "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
     "lm_head_transform", "fused_qkv", "dropout"};
-inline constexpr std::array<std::string_view, 9> kClusterKeys = {
+inline constexpr std::array<std::string_view, 11> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
-    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration"};
+    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration", "nccl", "network"};
+// cluster.nccl: the release and NCCL's own environment-variable names (presets/nccl_env.h).
+inline constexpr std::array<std::string_view, 10> kNcclKeys = {
+    "version", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_PAT_ENABLE", "NCCL_COLLNET_ENABLE",
+    "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_NCHANNELS", "NCCL_BUFFSIZE"};
+inline constexpr std::array<std::string_view, 2> kNetworkKeys = {"nodes_per_leaf", "switch_latency_ns"};
+// NCCL_MIN/MAX_NCHANNELS, NCCL_NVLS_NCHANNELS: NCCL clamps to MAXCHANNELS itself; a bound far
+// above any release's keeps the arithmetic plain.
+inline constexpr int64_t kMaxNcclChannels = 1024;
+inline constexpr int64_t kMaxNcclBuffsize = int64_t{1} << 40;
+inline constexpr int64_t kMaxSwitchLatencyNs = 1'000'000;  // 1 ms: far above any switch
 inline constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
 inline constexpr std::array<std::string_view, 13> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",

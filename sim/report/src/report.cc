@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "report_nccl.h"
 #include "shardscope/sim/hangs/hang.h"
 #include "shardscope/traces/collective_counts.h"
 #include "shardscope/traces/report_header.h"
@@ -311,6 +312,8 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                         {"launch_overhead", p.launch_overhead_ns.has_value()},
                         {"contention", p.compute_slowdown.has_value() || p.comm_slowdown.has_value()}};
   }
+  // The NCCL modelled and what its tuning picks for rank 0's collectives (docs/REPORT.md).
+  j["nccl"] = NcclReportJson(schedule, setup);
   // false: the throughput figures below are 0 (a hang, or an OOM the ranks agreed on)
   j["completed"] = !result.hung && !result.oom_agreed;
   j["step_time_ns"] = result.step_ns > 0 ? result.step_ns : result.makespan_ns;

@@ -38,6 +38,7 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
 }
 
 StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const Schedule& schedule, const SimulationSetup& setup) {
+  SHARDSCOPE_RETURN_IF_ERROR(CheckNcclChoices(schedule, setup.cluster));
   if (setup.calibration) return MakeCalibratedCostProvider(schedule, setup.cluster, *setup.calibration);
   return std::unique_ptr<CostProvider>(std::make_unique<ClusterCostProvider>(schedule, setup.cluster));
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shardscope/base/status.h"
 #include "shardscope/sim/models/compute_model.h"
 #include "shardscope/sim/models/nccl_model.h"
 #include "shardscope/sim/presets/hardware.h"
@@ -57,6 +58,13 @@ class ClusterCostProvider : public CostProvider {
   NcclModel nccl_;
   std::vector<CommTopology> topologies_;
 };
+
+// NCCL 2.23+ refuses a collective whose function the knobs (NCCL_ALGO, NCCL_PROTO,
+// NCCL_NVLS_ENABLE, NCCL_PAT_ENABLE) leave without any algorithm it can run on the
+// communicator ("no algorithm/protocol available", src/enqueue.cc): InvalidInput naming where
+// the plan set NCCL_ALGO, the function and the communicator, for each collective type the
+// schedule issues on each communicator. Ok for older releases, which fall back to Ring.
+Status CheckNcclChoices(const traces::Schedule& schedule, const ClusterSpec& cluster);
 
 }  // namespace shardscope::sim
 

@@ -13,6 +13,7 @@
 
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
+#include "shardscope/sim/presets/nccl_env.h"
 
 namespace shardscope::sim {
 
@@ -69,6 +70,15 @@ std::string_view IntraNodeFabricName(IntraNodeFabric fabric);  // "nvswitch", ..
 // rows, getNetOverhead).
 enum class CpuVendor : uint8_t { kIntel, kAmd };
 
+// A rail-optimized leaf/spine fabric (plan key cluster.network): NIC k of every node goes to
+// rail k's leaf switch of its group of `nodes_per_leaf` nodes, and leaves meet at spines.
+// Traffic between nodes of one group crosses one switch, between groups three (leaf, spine,
+// leaf). nodes_per_leaf 0: no tiers (NCCL's own network latency only). See nccl_model.h.
+struct NetworkTiers {
+  int32_t nodes_per_leaf = 0;
+  int64_t switch_latency_ns = 0;  // one switch's port-to-port latency
+};
+
 struct ClusterSpec {
   std::string name;                        // preset name, e.g. "dgx-h100"
   GpuSpec gpu;
@@ -82,6 +92,8 @@ struct ClusterSpec {
   // The NICs are reachable from the GPUs through a PCIe switch (GPUDirect RDMA). NCCL
   // enables LL128 across nodes only then (tuning.cc: typeInter <= PATH_PXB).
   bool gpu_direct_rdma = true;
+  NcclEnv nccl;                            // the job's NCCL release and knobs (cluster.nccl)
+  NetworkTiers network;                    // cluster.network
 
   int32_t world_size() const { return gpus_per_node * nodes; }
   int32_t NodeOf(int32_t rank) const { return rank / gpus_per_node; }

@@ -19,6 +19,8 @@ namespace shardscope::sim {
 
 // The cost provider a simulation of `schedule` uses: the calibrated one when the setup has a
 // profile (InvalidInput when it was measured on another GPU), else ClusterCostProvider.
+// InvalidInput when the NCCL knobs leave a collective nothing NCCL would run
+// (CheckNcclChoices).
 StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const traces::Schedule& schedule,
                                                          const SimulationSetup& setup);
 
