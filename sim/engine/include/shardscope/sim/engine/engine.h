@@ -93,9 +93,12 @@ struct EngineConfig {
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;  // gpu_sharing_model.h
-  // Links shared by the collectives of the communicators that cross them (link_model.h);
-  // empty: each communicator on its own unlimited link (no sharing). A bad link is kInvalidInput.
+  // Links shared by the collectives of the communicators that cross them (link_model.h;
+  // sim/simulate's cluster_links.h builds them from the cluster); empty: each communicator on
+  // its own unlimited link (no sharing). A bad link is kInvalidInput. `link_topologies`: each
+  // communicator's shape on the cluster, which NVLink and NIC links need (link_traffic.h).
   std::vector<LinkSpec> links;
+  std::vector<CommTopology> link_topologies;
   MemoryConfig memory;
   // The OOM policy (plan `oom.policy`). false = raise: an OOM stops the rank (an uncaught
   // torch.OutOfMemoryError), its peers wait at their next collective with it. true =
