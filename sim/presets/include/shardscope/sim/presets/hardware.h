@@ -82,6 +82,10 @@ struct ClusterSpec {
   // The NICs are reachable from the GPUs through a PCIe switch (GPUDirect RDMA). NCCL
   // enables LL128 across nodes only then (tuning.cc: typeInter <= PATH_PXB).
   bool gpu_direct_rdma = true;
+  // Collectives of different communicators that run at once share the GPUs' NVLink ports and
+  // NICs (sim/simulate/cluster_links.h); false gives every communicator links of its own, as if
+  // it ran alone (plan `cluster.link_sharing`).
+  bool link_sharing = true;
 
   int32_t world_size() const { return gpus_per_node * nodes; }
   int32_t NodeOf(int32_t rank) const { return rank / gpus_per_node; }
