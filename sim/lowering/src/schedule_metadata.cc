@@ -100,6 +100,8 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["cluster.nics_per_node"] = std::to_string(c.nics_per_node);
   m["cluster.cpu_vendor"] = std::to_string(static_cast<int>(c.cpu_vendor));
   m["cluster.gpu_direct_rdma"] = Flag(c.gpu_direct_rdma);
+  // Only when not the default (links shared): schedules of plans without the key stay as they were.
+  if (!c.link_sharing) m["cluster.link_sharing"] = Flag(false);
   m["gpu.name"] = g.name;
   m["gpu.arch"] = std::to_string(static_cast<int>(g.arch));
   m["gpu.sm_count"] = std::to_string(g.sm_count);
@@ -193,6 +195,14 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   }
   c.cpu_vendor = static_cast<CpuVendor>(cpu_vendor);
   c.gpu_direct_rdma = rdma == 1;
+  int32_t link_sharing = c.link_sharing ? 1 : 0;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.link_sharing", link_sharing));
+  if (link_sharing != 0 && link_sharing != 1) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata/cluster.link_sharing: expected 0 (every communicator on links of its own) or 1 (shared), got {}",
+        label, link_sharing));
+  }
+  c.link_sharing = link_sharing == 1;
   g.name = md.String("gpu.name", g.name);
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.arch", arch));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.sm_count", g.sm_count));

@@ -1,5 +1,5 @@
 // The cluster: section: a cluster preset, a preset with figures changed, or a cluster from its
-// GPU and links; cluster.contention; and cluster.calibration, a profile written by `shardscope
+// GPU and links; cluster.contention; cluster.link_sharing; and cluster.calibration, a profile written by `shardscope
 // calibrate` whose fitted costs replace the defaults (read last, from plan.cc).
 #include <fmt/format.h>
 
@@ -97,6 +97,9 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
     SHARDSCOPE_RETURN_IF_ERROR(
         ReadNumber(*e, "cluster.gpu_memory_gb", 0, true, kMaxGpuMemoryGb, &value));
     spec.gpu.hbm_bytes = std::llround(value * kBytesPerMemoryGb);
+  }
+  if (const Entry* e = fields.Find("link_sharing")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "cluster.link_sharing", &spec.link_sharing));
   }
   if (const Entry* e = fields.Find("contention")) {
     SHARDSCOPE_ASSIGN_OR_RETURN(

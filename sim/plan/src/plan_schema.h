@@ -89,9 +89,9 @@ inline constexpr std::array<std::string_view, 26> kModelKeys = {
     // them an override of such a preset could reach a state the file cannot repair.
     "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
     "lm_head_transform", "fused_qkv", "dropout"};
-inline constexpr std::array<std::string_view, 9> kClusterKeys = {
+inline constexpr std::array<std::string_view, 10> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
-    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration"};
+    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration", "link_sharing"};
 inline constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
 inline constexpr std::array<std::string_view, 13> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",

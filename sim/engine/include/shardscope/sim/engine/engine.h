@@ -26,7 +26,8 @@
 //   1/(1+compute_slowdown); a collective runs at 1/(1+comm_slowdown) while any member GPU
 //   runs compute. Rates change mid-kernel; remaining work is carried over.
 // - Links (EngineConfig::links): collectives of the communicators crossing one link share its
-//   bandwidth, max-min fair; with none configured every communicator has a link of its own.
+//   bandwidth, max-min fair, each demanding the traffic its algorithm puts there
+//   (sim/models/link_traffic.h); with none configured every communicator has a link of its own.
 //
 // How fast running work goes is decided by the resource models (sim/models/resource_model.h,
 // after SimGrid's Model / Action): GPU compute sharing, compute-communication contention and
