@@ -18,7 +18,8 @@ struct Fixture {
     return set->Start(ActivityKind::kCompute, ns, {&gpu, 1}, CollectiveWork{}, now);
   }
   ActivityId Collective(std::vector<int32_t> gpus, double ns, int32_t comm = 0, int64_t bytes = 0, int64_t now = 0) {
-    return set->Start(ActivityKind::kComm, ns, gpus, CollectiveWork{comm, traces::CollectiveType::kAllGather, NcclAlgorithm::kRing, bytes}, now);
+    const CollectiveWork work{comm, traces::CollectiveType::kAllGather, NcclAlgorithm::kRing, bytes};
+    return set->Start(ActivityKind::kComm, ns, gpus, work, now);
   }
   // Pops completions (skipping stale ones) until `id`'s: its date.
   int64_t EndOf(ActivityId id) {

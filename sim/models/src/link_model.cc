@@ -1,5 +1,5 @@
-// Network links: max-min fair sharing by progressive filling over the collectives connected to
-// the one that changed (see link_model.h).
+// Network links: max-min fair sharing in bandwidth, bottleneck by bottleneck, over the
+// collectives connected to the one that started or ended (see link_model.h).
 #include "shardscope/sim/models/link_model.h"
 
 #include <algorithm>
@@ -14,12 +14,14 @@
 namespace shardscope::sim {
 namespace {
 
-// Two levels this close (relative) are the same bottleneck: the filling freezes them together.
+// Two rates this close (relative) are the same: a link whose rate for a collective is within
+// this of the collective's tightest is its tightest too (ties settle together).
 constexpr double kSameLevel = 1e-12;
 constexpr double kNsPerSecond = 1e9;
-// Demands crossing in opposite proportions: the Jacobi iteration converges geometrically (the
-// ratio is the product of the crossing demands' proportions); past this many rounds, the lower
-// of the last two rates is taken.
+// Demands crossing in opposite proportions: the Jacobi iteration of SettleCrossing converges
+// geometrically, fast when each collective loads one of the links far more than the other (the
+// all-to-all beside a ring of link_model_test.cc); past this many rounds, the lower of the last
+// two rates is taken.
 constexpr int kMaxIterations = 64;
 
 }  // namespace

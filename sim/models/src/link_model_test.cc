@@ -59,7 +59,9 @@ struct ThreeGroups {
   }
   // C: all_gather of 8 MB on the node's 8 ranks in 14 us: 7/8 x 8 MB = 7 MB over NVLink, 500
   // B/ns, more than the link carries: taken as its 370.8 (alone it is never slowed).
-  ActivityId C(int64_t now = 0) { return Start(2, CollectiveType::kAllGather, 8'000'000, 14'000, {0, 1, 2, 3, 4, 5, 6, 7}, now); }
+  ActivityId C(int64_t now = 0) {
+    return Start(2, CollectiveType::kAllGather, 8'000'000, 14'000, {0, 1, 2, 3, 4, 5, 6, 7}, now);
+  }
 
   double Rate(ActivityId id) const { return (*set)[id].rate; }
   // Pops completions (skipping stale ones) until `id`'s, finishing those it passes: its date.

@@ -128,8 +128,9 @@ TEST(LinkTrafficTest, AloneACollectiveNeverDemandsMoreThanALinkCarries) {
     }
     for (const std::vector<int32_t>& ranks : groups) {
       const CommTopology topology = TopologyOf(*cluster, ranks);
-      for (CollectiveType type : {CollectiveType::kAllGather, CollectiveType::kReduceScatter, CollectiveType::kAllReduce,
-                                  CollectiveType::kBroadcast, CollectiveType::kAllToAll, CollectiveType::kSend}) {
+      for (CollectiveType type :
+           {CollectiveType::kAllGather, CollectiveType::kReduceScatter, CollectiveType::kAllReduce,
+            CollectiveType::kBroadcast, CollectiveType::kAllToAll, CollectiveType::kSend}) {
         for (int64_t bytes = 1024; bytes <= (int64_t{4} << 30); bytes *= 8) {
           const CollectiveCost cost = model.Estimate(type, bytes, topology);
           ASSERT_GT(cost.duration_ns, 0);
