@@ -102,7 +102,7 @@ StatusOr<std::string> MitigationLine(const LoadedInput& loaded, const sim::Engin
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule schedule, sim::LowerPlan(hooked));
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationSetup setup, sim::SetupFromSchedule(schedule, loaded.setup.label));
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs, sim::MakeCostProvider(schedule, setup));
-  sim::EngineConfig hooked_config = sim::EngineConfigFor(setup, schedule.world_size());
+  sim::EngineConfig hooked_config = sim::EngineConfigFor(setup, schedule);
   hooked_config.memory.record_history = false;
   hooked_config.rank_slowdown = config.rank_slowdown;
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult run, sim::Simulate(schedule, *costs, hooked_config, nullptr));
@@ -169,7 +169,7 @@ Status RunCheck(const CheckOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider,
                               sim::MakeCostProvider(schedule, loaded.setup));
   const sim::CostProvider& costs = *cost_provider;
-  sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule.world_size());
+  sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule);
   config.memory.record_history = false;  // no trace: snapshots would only cost time
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline, sim::Simulate(schedule, costs, config, nullptr));
   std::cout << fmt::format("{}: {} ranks, {} program(s)\n", options.input, schedule.world_size(),

@@ -70,7 +70,7 @@ Status RunSimulate(const SimulateOptions& options) {
   const sim::SimulationSetup& setup = loaded.setup;
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider, sim::MakeCostProvider(schedule, setup));
   const sim::CostProvider& costs = *cost_provider;
-  sim::EngineConfig config = sim::EngineConfigFor(setup, schedule.world_size());
+  sim::EngineConfig config = sim::EngineConfigFor(setup, schedule);
   // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
   SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
   for (const auto& [rank, factor] : flag_stragglers) config.rank_slowdown[rank] = factor;
@@ -220,7 +220,7 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
     SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
     SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs,
                                 sim::MakeCostProvider(loaded.schedule, loaded.setup));
-    const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule.world_size());
+    const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule);
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(loaded.schedule, *costs, config, nullptr));
     runs.push_back(Run{std::move(loaded), std::move(result)});
   }

@@ -100,7 +100,7 @@ const nlohmann::json& Report(const std::string& plan_file) {
       if (setup.ok()) {
         sim::ClusterCostProvider costs(*schedule, setup->cluster);
         StatusOr<sim::SimulationResult> result =
-            sim::Simulate(*schedule, costs, sim::EngineConfigFor(*setup, schedule->world_size()), nullptr);
+            sim::Simulate(*schedule, costs, sim::EngineConfigFor(*setup, *schedule), nullptr);
         EXPECT_TRUE(result.ok()) << result.status().message();
         if (result.ok()) report = nlohmann::json::parse(sim::ReportJson(*schedule, *setup, *result));
       }

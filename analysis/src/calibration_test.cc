@@ -97,8 +97,8 @@ class TrueCosts : public CostProvider {
   ClusterCostProvider base_;
 };
 
-EngineConfig TrueEngineConfig(const SimulationSetup& setup, int32_t world) {
-  EngineConfig config = EngineConfigFor(setup, world);
+EngineConfig TrueEngineConfig(const SimulationSetup& setup, const traces::Schedule& schedule) {
+  EngineConfig config = EngineConfigFor(setup, schedule);
   config.launch_overhead_ns = kTrueLaunchNs;
   config.compute_slowdown = kTrueComputeSlowdown;
   config.comm_slowdown = kTrueCommSlowdown;
@@ -129,7 +129,7 @@ Measured MeasureWithTrueCosts() {
   m.timeline.info.world_size = m.schedule.world_size();  // as the trace writer's header says
   TraceRecorder recorder(m.schedule, all, m.timeline);
   StatusOr<SimulationResult> result =
-      Simulate(m.schedule, costs, TrueEngineConfig(m.setup, m.schedule.world_size()), &recorder);
+      Simulate(m.schedule, costs, TrueEngineConfig(m.setup, m.schedule), &recorder);
   EXPECT_TRUE(result.ok()) << result.status().message();
   m.result = *result;
   EXPECT_TRUE(test_support::Completed(m.result));
@@ -209,7 +209,7 @@ TEST(Calibration, SimulatingWithTheProfileReproducesTheMeasuredStep) {
   ASSERT_TRUE(fit.ok()) << fit.status().message();
   StatusOr<std::unique_ptr<CostProvider>> costs = MakeCalibratedCostProvider(m.schedule, m.setup.cluster, fit->profile);
   ASSERT_TRUE(costs.ok()) << costs.status().message();
-  EngineConfig config = EngineConfigFor(m.setup, m.schedule.world_size());
+  EngineConfig config = EngineConfigFor(m.setup, m.schedule);
   config.memory.record_history = false;
   ApplyCalibration(fit->profile, config);
   StatusOr<SimulationResult> calibrated = Simulate(m.schedule, **costs, config, nullptr);
@@ -219,7 +219,7 @@ TEST(Calibration, SimulatingWithTheProfileReproducesTheMeasuredStep) {
   // Without calibration the prediction is off by more than the tolerance (the test can fail).
   ClusterCostProvider defaults(m.schedule, m.setup.cluster);
   StatusOr<SimulationResult> uncalibrated =
-      Simulate(m.schedule, defaults, EngineConfigFor(m.setup, m.schedule.world_size()), nullptr);
+      Simulate(m.schedule, defaults, EngineConfigFor(m.setup, m.schedule), nullptr);
   ASSERT_TRUE(uncalibrated.ok());
   EXPECT_GT(std::abs(static_cast<double>(uncalibrated->step_ns) / static_cast<double>(m.result.step_ns) - 1), 0.05);
 }

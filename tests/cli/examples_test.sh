@@ -48,6 +48,16 @@ while IFS= read -r plan; do
   elif ! grep -q '"completed": true' "$work/sim/report.json"; then
     echo "$plan: reports a hang:"; cat "$work/sim.txt"; status=1
   fi
+  # An example that states its predicted step ("predicted step 1945.0 ms") must still predict it
+  # (to the tenth of a ms it is written with), so the figures in the comments cannot go stale.
+  stated=$(grep -o 'predicted step [0-9.]* ms' <<< "$first" | head -1 | grep -o '[0-9.]*' || true)
+  if [ -n "$stated" ]; then
+    step_ns=$(grep -o '"step_time_ns": [0-9]*' "$work/sim/report.json" | grep -o '[0-9]*$')
+    predicted=$(awk -v ns="$step_ns" 'BEGIN { printf "%.1f", ns / 1e6 }')
+    if [ "$predicted" != "$stated" ]; then
+      echo "$plan: its first line states a predicted step of $stated ms, the simulation gives $predicted ms"; status=1
+    fi
+  fi
 done < <(find examples -name '*.yaml' | sort)
 "$bin" simulate -q --compare examples/tiny-fsdp2-2gpu.yaml examples/small-fsdp2-8gpu.yaml > "$work/compare.txt"
 for row in "step time (ms)" "peak reserved" "B / A" "A: examples/tiny-fsdp2-2gpu.yaml"; do

@@ -71,7 +71,7 @@ TEST(CudaBackendGpuTest, TinyFsdp2OnOneGpuCompletesWithTheSimulatorsPeak) {
 
   // The simulator's prediction of the same schedule: one warm-up pass and a step.
   const sim::ClusterCostProvider costs(schedule, setup.cluster);
-  StatusOr<sim::SimulationResult> simulated = sim::Simulate(schedule, costs, sim::EngineConfigFor(setup, 1), nullptr);
+  StatusOr<sim::SimulationResult> simulated = sim::Simulate(schedule, costs, sim::EngineConfigFor(setup, schedule), nullptr);
   ASSERT_TRUE(simulated.ok()) << simulated.status().message();
   const int64_t simulated_peak = simulated->ranks[0].memory.stats.reserved_bytes_peak;
   ASSERT_GT(simulated_peak, 0);

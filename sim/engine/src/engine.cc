@@ -36,6 +36,7 @@ StatusOr<SimulationResult> Engine::Run() {
   models.compute_sharing = config_.compute_sharing;
   models.contention = {config_.compute_slowdown, config_.comm_slowdown};
   models.links = config_.links;
+  models.link_topologies = config_.link_topologies;
   SHARDSCOPE_ASSIGN_OR_RETURN(auto resource_models,
                               MakeResourceModels(models, static_cast<int32_t>(schedule_.communicators.size())));
   activities_.emplace(world, std::move(resource_models), &next_seq_);

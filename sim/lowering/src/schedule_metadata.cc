@@ -102,6 +102,8 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["cluster.cpu_vendor"] = std::to_string(static_cast<int>(c.cpu_vendor));
   m["cluster.gpu_direct_rdma"] = Flag(c.gpu_direct_rdma);
   WriteNcclMetadata(c, m);
+  // Only when not the default (links shared): schedules of plans without the key stay as they were.
+  if (!c.link_sharing) m["cluster.link_sharing"] = Flag(false);
   m["gpu.name"] = g.name;
   m["gpu.arch"] = std::to_string(static_cast<int>(g.arch));
   m["gpu.sm_count"] = std::to_string(g.sm_count);
@@ -196,6 +198,14 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   c.cpu_vendor = static_cast<CpuVendor>(cpu_vendor);
   c.gpu_direct_rdma = rdma == 1;
   SHARDSCOPE_RETURN_IF_ERROR(ReadNcclMetadata(schedule.metadata, label, &c));
+  int32_t link_sharing = c.link_sharing ? 1 : 0;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.link_sharing", link_sharing));
+  if (link_sharing != 0 && link_sharing != 1) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata/cluster.link_sharing: expected 0 (every communicator on links of its own) or 1 (shared), got {}",
+        label, link_sharing));
+  }
+  c.link_sharing = link_sharing == 1;
   g.name = md.String("gpu.name", g.name);
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.arch", arch));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.sm_count", g.sm_count));

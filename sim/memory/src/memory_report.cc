@@ -105,7 +105,7 @@ constexpr double kBytesPerGiB = double(int64_t{1} << 30);
 StatusOr<SimulationResult> RunSimulation(const traces::Schedule& schedule, const SimulationSetup& setup,
                                          bool record_history, EngineObserver* observer) {
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<CostProvider> costs, MakeCostProvider(schedule, setup));
-  EngineConfig config = EngineConfigFor(setup, schedule.world_size());
+  EngineConfig config = EngineConfigFor(setup, schedule);
   config.memory.record_history = record_history;
   return Simulate(schedule, *costs, config, observer);
 }

@@ -206,7 +206,7 @@ TEST(DivergenceTest, SlowdownReachesTheEngineThroughTheSchedule) {
   StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   EXPECT_EQ(setup->rank_slowdown, (std::map<int32_t, double>{{1, 3.0}}));
-  EXPECT_EQ(EngineConfigFor(*setup, 2).rank_slowdown, (std::map<int32_t, double>{{1, 3.0}}));
+  EXPECT_EQ(EngineConfigFor(*setup, schedule).rank_slowdown, (std::map<int32_t, double>{{1, 3.0}}));
 }
 
 // FSDP2, torchtitan wrapping: embed, layers.0, layers.1, [norm, output]; the last two keep
@@ -317,7 +317,7 @@ TEST(DivergenceTest, SweepAddsOneCasePerDivergenceSource) {
   StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
   ASSERT_TRUE(setup.ok());
   ClusterCostProvider costs(schedule, setup->cluster);
-  const EngineConfig config = EngineConfigFor(*setup, 2);
+  const EngineConfig config = EngineConfigFor(*setup, schedule);
   StatusOr<SimulationResult> baseline = Simulate(schedule, costs, config, nullptr);
   ASSERT_TRUE(baseline.ok());
   StatusOr<std::vector<FaultCaseResult>> results =
@@ -346,7 +346,7 @@ TEST(DivergenceTest, MemoryHeldByAnotherProcessCanRunTheRankOutOfMemory) {
   StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
   ASSERT_TRUE(setup.ok());
   ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<FaultCaseResult> result = RunFaultCase(schedule, costs, EngineConfigFor(*setup, 2), held, 0);
+  StatusOr<FaultCaseResult> result = RunFaultCase(schedule, costs, EngineConfigFor(*setup, schedule), held, 0);
   ASSERT_TRUE(result.ok()) << result.status().message();
   EXPECT_EQ(result->outcome, FaultOutcome::kHang);
   EXPECT_EQ(result->blocked_ranks, (std::vector<int32_t>{0, 1}));

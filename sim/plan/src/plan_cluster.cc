@@ -1,8 +1,8 @@
 // The cluster: section: a cluster preset, a preset with figures changed, or a cluster from its
-// GPU and links; cluster.contention; cluster.network (leaf/spine tiers); cluster.nccl (the NCCL
-// release and its knobs, resolved after training.pytorch_version, from plan.cc); and
-// cluster.calibration, a profile written by `shardscope calibrate` whose fitted costs replace
-// the defaults (read last, from plan.cc).
+// GPU and links; cluster.contention; cluster.network (leaf/spine tiers); cluster.link_sharing;
+// cluster.nccl (the NCCL release and its knobs, resolved after training.pytorch_version, from
+// plan.cc); and cluster.calibration, a profile written by `shardscope calibrate` whose fitted
+// costs replace the defaults (read last, from plan.cc).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -100,6 +100,9 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
     SHARDSCOPE_RETURN_IF_ERROR(
         ReadNumber(*e, "cluster.gpu_memory_gb", 0, true, kMaxGpuMemoryGb, &value));
     spec.gpu.hbm_bytes = std::llround(value * kBytesPerMemoryGb);
+  }
+  if (const Entry* e = fields.Find("link_sharing")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "cluster.link_sharing", &spec.link_sharing));
   }
   if (const Entry* e = fields.Find("contention")) {
     SHARDSCOPE_ASSIGN_OR_RETURN(

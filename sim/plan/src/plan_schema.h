@@ -89,9 +89,10 @@ inline constexpr std::array<std::string_view, 26> kModelKeys = {
     // them an override of such a preset could reach a state the file cannot repair.
     "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
     "lm_head_transform", "fused_qkv", "dropout"};
-inline constexpr std::array<std::string_view, 11> kClusterKeys = {
+inline constexpr std::array<std::string_view, 12> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
-    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration", "nccl", "network"};
+    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration", "nccl", "network",
+    "link_sharing"};
 // cluster.nccl: the release and NCCL's own environment-variable names (presets/nccl_env.h).
 inline constexpr std::array<std::string_view, 10> kNcclKeys = {
     "version", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_PAT_ENABLE", "NCCL_COLLNET_ENABLE",

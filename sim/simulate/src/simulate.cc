@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "shardscope/sim/simulate/cluster_links.h"
 
 namespace shardscope::sim {
 
@@ -16,7 +19,8 @@ int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank) {
   return std::max<int64_t>(0, setup.cluster.gpu.hbm_bytes - setup.cluster.gpu.cuda_context_bytes - others);
 }
 
-EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
+EngineConfig EngineConfigFor(const SimulationSetup& setup, const Schedule& schedule) {
+  const int32_t world_size = schedule.world_size();
   EngineConfig config;
   config.memory.enabled = true;
   config.memory.allocator = setup.memory.allocator;
@@ -34,6 +38,9 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   config.comm_slowdown = setup.contention.comm_slowdown;
   config.oom_catch_and_sync = setup.oom.policy == OomPolicy::kCatchAndSync;
   config.rank_slowdown = setup.rank_slowdown;
+  ClusterLinks links = ClusterLinksFor(schedule, setup.cluster, NcclModelConfig::For(setup.cluster.nccl));
+  config.links = std::move(links.links);
+  config.link_topologies = std::move(links.topologies);
   return config;
 }
 

@@ -26,7 +26,8 @@
 //   1/(1+compute_slowdown); a collective runs at 1/(1+comm_slowdown) while any member GPU
 //   runs compute. Rates change mid-kernel; remaining work is carried over.
 // - Links (EngineConfig::links): collectives of the communicators crossing one link share its
-//   bandwidth, max-min fair; with none configured every communicator has a link of its own.
+//   bandwidth, max-min fair, each demanding the traffic its algorithm puts there
+//   (sim/models/link_traffic.h); with none configured every communicator has a link of its own.
 //
 // How fast running work goes is decided by the resource models (sim/models/resource_model.h,
 // after SimGrid's Model / Action): GPU compute sharing, compute-communication contention and
@@ -93,9 +94,12 @@ struct EngineConfig {
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;  // gpu_sharing_model.h
-  // Links shared by the collectives of the communicators that cross them (link_model.h);
-  // empty: each communicator on its own unlimited link (no sharing). A bad link is kInvalidInput.
+  // Links shared by the collectives of the communicators that cross them (link_model.h;
+  // sim/simulate's cluster_links.h builds them from the cluster); empty: each communicator on
+  // its own unlimited link (no sharing). A bad link is kInvalidInput. `link_topologies`: each
+  // communicator's shape on the cluster, which NVLink and NIC links need (link_traffic.h).
   std::vector<LinkSpec> links;
+  std::vector<CommTopology> link_topologies;
   MemoryConfig memory;
   // The OOM policy (plan `oom.policy`). false = raise: an OOM stops the rank (an uncaught
   // torch.OutOfMemoryError), its peers wait at their next collective with it. true =

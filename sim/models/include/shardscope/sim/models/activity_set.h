@@ -30,9 +30,10 @@ class ActivitySet {
   ActivitySet(int32_t gpus, std::vector<std::unique_ptr<ResourceModel>> models, uint64_t* next_seq);
 
   // Starts `work_ns` of work at `now` on `gpus` (one GPU for a kernel or copy, every member
-  // for a collective), rates it and whatever it slows, and queues their completions.
+  // for a collective, which says what it moves in `collective`), rates it and whatever it
+  // slows, and queues their completions.
   ActivityId Start(ActivityKind kind, double work_ns, std::span<const int32_t> gpus,
-                   int32_t communicator, int64_t bytes, int64_t now);
+                   const CollectiveWork& collective, int64_t now);
   // Ends `id` at `now` and re-rates what it was slowing.
   void Finish(ActivityId id, int64_t now);
   // `id` carries on as new work of `work_ns` at its unchanged rate (a kernel handing its

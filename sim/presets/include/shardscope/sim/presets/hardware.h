@@ -94,6 +94,10 @@ struct ClusterSpec {
   bool gpu_direct_rdma = true;
   NcclEnv nccl;                            // the job's NCCL release and knobs (cluster.nccl)
   NetworkTiers network;                    // cluster.network
+  // Collectives of different communicators that run at once share the GPUs' NVLink ports and
+  // NICs (sim/simulate/cluster_links.h); false gives every communicator links of its own, as if
+  // it ran alone (plan `cluster.link_sharing`).
+  bool link_sharing = true;
 
   int32_t world_size() const { return gpus_per_node * nodes; }
   int32_t NodeOf(int32_t rank) const { return rank / gpus_per_node; }

@@ -28,7 +28,9 @@ StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const traces::Schedule&
 // memory reserved by other processes on that GPU.
 int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
 
-EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size);
+// The engine configuration of a simulation of `schedule` with `setup`: memory, host costs,
+// contention, stragglers and the links its communicators share (cluster_links.h).
+EngineConfig EngineConfigFor(const SimulationSetup& setup, const traces::Schedule& schedule);
 
 // A profile's launch cost and contention factors, where fitted, into an engine configuration.
 void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config);
