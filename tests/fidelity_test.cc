@@ -149,6 +149,12 @@ std::optional<double> Predicted(const Row& row, const std::map<std::string, cons
     return x / y;
   }
   const nlohmann::json& report = Report(row.plan);
+  // A published verdict: 1 when the job completes its step, 0 when it runs out of memory (in
+  // the init phase or the step) or hangs.
+  if (row.metric == "fits") {
+    if (report.is_null()) return std::nullopt;
+    return report.value("completed", false) ? 1.0 : 0.0;
+  }
   if (report.is_null() || !report.value("completed", false)) {
     if (row.metric == "peak_reserved_gib" && !report.is_null()) {
       return static_cast<double>(report["memory"]["peak_reserved_bytes"].get<int64_t>()) / (1 << 30);
@@ -192,7 +198,11 @@ TEST(Fidelity, PublishedResultsWithinTheirTolerance) {
     const std::optional<double> predicted = Predicted(row, by_id);
     std::string error_text = "—", status;
     double error = 0;
-    if (predicted) {
+    const bool verdict = row.metric == "fits";
+    if (predicted && verdict) {
+      error = *predicted - row.published;  // 0: the verdicts agree
+      error_text = error == 0 ? "agrees" : "differs";
+    } else if (predicted) {
       error = *predicted / row.published - 1;
       error_text = fmt::format("{:+.1f}%", 100 * error);
     }
@@ -209,10 +219,12 @@ TEST(Fidelity, PublishedResultsWithinTheirTolerance) {
       EXPECT_TRUE(within) << row.id << ": predicted " << (predicted ? Figure(*predicted) : "nothing (did not complete)")
                           << " against " << row.published << " (tolerance ±" << 100 * row.tolerance << "%)";
     }
-    if (judged && predicted) judged_errors.push_back(std::abs(error));
+    if (judged && predicted && !verdict) judged_errors.push_back(std::abs(error));
     table += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", row.id, row.source, row.setup, row.metric,
-                         Figure(row.published), predicted ? Figure(*predicted) : "did not complete", error_text,
-                         judged ? fmt::format("±{:.0f}%", 100 * row.tolerance) : "—", status);
+                         verdict ? (row.published > 0 ? "fits" : "OOM") : Figure(row.published),
+                         !predicted ? "did not complete" : verdict ? (*predicted > 0 ? "fits" : "OOM") : Figure(*predicted),
+                         error_text, judged ? (verdict ? "verdict" : fmt::format("±{:.0f}%", 100 * row.tolerance)) : "—",
+                         status);
   }
   std::sort(judged_errors.begin(), judged_errors.end());
   double mean = 0;

@@ -21,7 +21,9 @@ RankExecutor::RankExecutor(const traces::Schedule& schedule, const sim::Simulati
       device_(device),
       allocator_(setup.memory.allocator, device.AllocatorMemory(), device.AllocatorEvents()),
       lanes_(plan.communicators.size()),
-      tensor_address_(static_cast<size_t>(plan.num_tensors), 0) {}
+      tensor_address_(static_cast<size_t>(plan.num_tensors), 0),
+      gemm_workspace_bytes_(setup.device_memory.cublas_in_allocator ? setup.device_memory.cublas_workspace_bytes : 0),
+      gemm_workspaces_(setup.device_memory.cublas_in_allocator ? setup.device_memory.cublas_workspaces : 0) {}
 
 int64_t RankExecutor::Now() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
@@ -81,7 +83,9 @@ Status RankExecutor::IssueOp(int32_t index, int32_t step) {
 
 Status RankExecutor::Dispatch(const OpPlan& op, int32_t index, int32_t step) {
   switch (op.op_class) {
-    case OpClass::kKernel: return device_.Kernel(op, index, step);
+    case OpClass::kKernel:
+      if (!gemm_workspaces_done_) AllocateGemmWorkspaces(op, index);
+      return device_.Kernel(op, index, step);
     case OpClass::kMemcpy: return device_.Memcpy(op, index, step);
     case OpClass::kCollective: return IssueCollective(op, index, step);
     case OpClass::kEventRecord: return device_.RecordEvent(op, index, step);
@@ -162,6 +166,20 @@ void RankExecutor::Allocate(const OpPlan& op, int32_t step) {
   }
   address = out.address;
   AfterAllocatorCall();
+}
+
+void RankExecutor::AllocateGemmWorkspaces(const OpPlan& op, int32_t index) {
+  const auto* kernel = std::get_if<traces::KernelOp>(&plan_.program->ops[Idx(index)].payload);
+  if (kernel == nullptr || !std::holds_alternative<traces::GemmDesc>(kernel->compute)) return;
+  gemm_workspaces_done_ = true;
+  for (int32_t i = 0; i < gemm_workspaces_; ++i) {
+    const sim::MallocOutcome out = allocator_.Malloc(gemm_workspace_bytes_, op.stream);
+    if (!out.ok) {
+      Oom(OomRecord{op.op_id, Now(), out.requested_bytes, out.device_free_bytes, out.largest_free_block, false});
+      return;
+    }
+    AfterAllocatorCall();  // never freed: the workspace lives with its handle
+  }
 }
 
 void RankExecutor::AfterAllocatorCall() {

@@ -109,6 +109,9 @@ class RankExecutor {
   Status Dispatch(const OpPlan& op, int32_t index, int32_t step);
   Status IssueCollective(const OpPlan& op, int32_t index, int32_t step);
   void Allocate(const OpPlan& op, int32_t step);
+  // PyTorch's cuBLAS workspaces (CublasHandlePool.cpp setWorkspaceForHandle) from the allocator
+  // at the first GEMM, as the simulator allocates them (engine.h MemoryConfig::gemm_workspaces).
+  void AllocateGemmWorkspaces(const OpPlan& op, int32_t index);
   void AfterAllocatorCall();
   void Oom(const OomRecord& oom);
   static size_t Idx(int32_t i) { return static_cast<size_t>(i); }
@@ -137,6 +140,9 @@ class RankExecutor {
 
   // Host thread only:
   std::vector<uint64_t> tensor_address_;
+  const int64_t gemm_workspace_bytes_;     // 0: none (PyTorch <= 1.12: cuBLAS's own)
+  const int32_t gemm_workspaces_;
+  bool gemm_workspaces_done_ = false;
   std::optional<OomRecord> oom_;
   int64_t reserved_peak_seen_ = -1, fragmentation_ = 0, host_busy_ns_ = 0;
   std::vector<int64_t> step_times_;

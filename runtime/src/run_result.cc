@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "shardscope/sim/report/version.h"
+#include "shardscope/sim/simulate/init_phase.h"
 #include "shardscope/traces/report_header.h"
 
 namespace shardscope::runtime {
@@ -170,6 +171,12 @@ std::string RunReportJson(const traces::Schedule& schedule, const sim::Simulatio
   j["completed"] = completed;
   j["step_time_ns"] = step;
   traces::WriteReportMemory(memory, setup.memory.alloc_conf, j);
+  // The memory outside the step as the schedule's metadata describes it, with the measured
+  // peaks; the init phase is simulate's (a run does not measure it): null here.
+  std::vector<sim::RankStepMemory> step_memory;
+  step_memory.reserve(ranks.size());
+  for (const RankResult& rec : ranks) step_memory.push_back({rec.peak_reserved, rec.num_ooms > 0});
+  traces::WriteReportMemoryPhases(sim::MemoryPhasesOf(schedule, setup, step_memory, /*simulate_init=*/false), j);
   j["hang"] = false;  // a hang aborts the job: its evidence is in flight_recorder/
   j["runtime"] = runtime;
   j["ranks"] = per_rank;

@@ -38,6 +38,11 @@ expect unknown-model 2 "model.yaml:1:.*no-such-model" -- simulate "$work/model.y
 expect truncated-json 2 "truncated.json:1:[0-9]+" -- simulate "$work/truncated.json" -o "$work/out5"
 expect unknown-stream 2 "badstream.json.*op id 7.*nope" -- simulate "$work/badstream.json" -o "$work/out6"
 expect missing-file 2 "does-not-exist.yaml" -- simulate "$work/does-not-exist.yaml" -o "$work/out7"
+# The CUDA under PyTorch must run the GPU; a DDP module is never on the meta device.
+printf 'model: llama3-8b\ncluster: {preset: dgx-a100, nodes: 1}\nstrategy: fsdp2\ntraining: {pytorch_version: "1.8", cuda_version: "10.2"}\n' > "$work/cuda.yaml"
+expect old-cuda 2 "cuda.yaml:4:50: training.cuda_version: expected CUDA 11.0 or later" -- simulate "$work/cuda.yaml" -o "$work/out8"
+printf 'model: llama3-8b\ncluster: {preset: dgx-a100, nodes: 1}\nstrategy: ddp\ntraining: {init: {device: meta}}\n' > "$work/meta.yaml"
+expect ddp-meta 2 "meta.yaml:4:27: training.init.device: expected cpu or cuda with strategy ddp" -- simulate "$work/meta.yaml" -o "$work/out9"
 # A framework config file the plan names: its errors name that file's line and key; a plan
 # value that contradicts it names both places.
 printf '{\n  "train_micro_batch_size_per_gpu": 1,\n  "zero_optimization": {"stage": 3, "bogus": 1}\n}\n' > "$work/ds.json"

@@ -109,7 +109,11 @@ StatusOr<SimulationResult> Engine::Run() {
         r.stats.memory.allocated_at_reserved_peak = r.log->warm_allocated_at_peak;
       } else {
         CreateAllocator(r);
-        if (config_.memory.warm_start) WarmAllocator(r);
+        if (config_.memory.warm_start) {
+          WarmAllocator(r);
+        } else {
+          AllocateGemmWorkspacesCold(r);
+        }
       }
     }
     Push(0, HostResume{rank});

@@ -331,6 +331,10 @@ class Engine {
   void AfterAllocatorCall(RankState& r, int64_t t);
   void CreateAllocator(RankState& r);
   void WarmAllocator(RankState& r);
+  // MemoryConfig::gemm_workspaces on `stream`; false when the allocator ran out.
+  bool AllocateGemmWorkspaces(RankState& r, int32_t stream);
+  // A rank starting cold: the workspaces before its first op, on its first GEMM's stream.
+  void AllocateGemmWorkspacesCold(RankState& r);
   void Enqueue(RankState& r, int32_t stream, QueueItem item) {
     StreamState& s = r.streams[static_cast<size_t>(stream)];
     const bool was_empty = s.queue.empty();

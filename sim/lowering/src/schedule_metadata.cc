@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "nccl_metadata.h"
+#include "device_memory_metadata.h"
 #include "shardscope/sim/models/calibration.h"
 #include "shardscope/sim/presets/mfu_conventions.h"
 
@@ -116,7 +117,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["gpu.hbm_bandwidth"] = Num(g.hbm_bandwidth);
   m["gpu.nvlink_bandwidth"] = Num(g.nvlink_bandwidth);
   m["gpu.pcie_bandwidth"] = Num(g.pcie_bandwidth);
-  m["gpu.cuda_context_bytes"] = std::to_string(g.cuda_context_bytes);
+  m["gpu.usable_bytes"] = std::to_string(g.usable_bytes);
   m["gpu.measured.matmul_flops_16bit"] = Num(g.measured.matmul_flops_16bit);
   m["gpu.measured.matmul_m"] = std::to_string(g.measured.matmul_m);
   m["gpu.measured.matmul_n"] = std::to_string(g.measured.matmul_n);
@@ -160,6 +161,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
     m["oom.policy"] = std::string("catch_and_sync");
     m["oom.sync_hooks"] = Flag(plan.oom.sync_hooks);
   }
+  lowering_internal::WriteDeviceMemoryMetadata(plan, m);
 }
 
 StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std::string& label) {
@@ -218,7 +220,13 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.hbm_bandwidth", g.hbm_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.nvlink_bandwidth", g.nvlink_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.pcie_bandwidth", g.pcie_bandwidth));
-  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.cuda_context_bytes", g.cuda_context_bytes));
+  // What CUDA reports; a schedule that gives only the datasheet capacity (or was written before
+  // this key) has that much usable.
+  if (md.Has("gpu.hbm_bytes") && !md.Has("gpu.usable_bytes")) g.usable_bytes = g.hbm_bytes;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.usable_bytes", g.usable_bytes));
+  if (g.usable_bytes < 0 || g.hbm_bytes < 0) {
+    return Status::InvalidInput(fmt::format("{}: /metadata: gpu.hbm_bytes and gpu.usable_bytes must be >= 0", label));
+  }
   GpuMeasuredFigures& measured = g.measured;
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.measured.matmul_flops_16bit", measured.matmul_flops_16bit));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.measured.matmul_m", measured.matmul_m));
@@ -340,6 +348,7 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     SHARDSCOPE_RETURN_IF_ERROR(md.Double(key + "peak_flops", figures.peak_flops));
     setup.mfu_conventions.push_back(std::move(figures));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(lowering_internal::ReadDeviceMemoryMetadata(schedule, label, setup));
   return setup;
 }
 

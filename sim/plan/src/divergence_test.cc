@@ -335,16 +335,16 @@ TEST(DivergenceTest, MemoryHeldByAnotherProcessCanRunTheRankOutOfMemory) {
   // An 80 GB GPU with all but 1 MiB held by another process: rank 0's allocator cannot
   // hold the toy's model states; it stops and rank 1 waits for it.
   const Plan plan = MustParse(ToyPlan(2, ""));
+  const traces::Schedule schedule = MustLower(plan);
+  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
+  ASSERT_TRUE(setup.ok());
   FaultSweepOptions options;
-  options.held_bytes = plan.cluster.gpu.hbm_bytes - plan.cluster.gpu.cuda_context_bytes - (int64_t{1} << 20);
+  options.held_bytes = AllocatorCapacity(*setup, 0) - (int64_t{1} << 20);
   StatusOr<std::vector<FaultCase>> cases = BuildDivergenceCases(plan, 0, options);
   ASSERT_TRUE(cases.ok());
   ASSERT_FALSE(cases->empty());
   const FaultCase& held = cases->back();
   ASSERT_EQ(held.kind, FaultKind::kMemoryHeld);
-  const traces::Schedule schedule = MustLower(plan);
-  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
-  ASSERT_TRUE(setup.ok());
   ClusterCostProvider costs(schedule, setup->cluster);
   StatusOr<FaultCaseResult> result = RunFaultCase(schedule, costs, EngineConfigFor(*setup, schedule), held, 0);
   ASSERT_TRUE(result.ok()) << result.status().message();

@@ -203,6 +203,7 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp1(top.Find("fsdp1"), plan, &plan.fsdp1));
   SHARDSCOPE_RETURN_IF_ERROR(ReadZero(top.Find("zero"), plan, &plan.zero));
   if (const Entry* e = top.Find("ddp")) SHARDSCOPE_RETURN_IF_ERROR(ReadDdp(*e, &plan.ddp));
+  SHARDSCOPE_RETURN_IF_ERROR(ResolveInit(training, own_section.empty() ? nullptr : top.Find(own_section), &plan));
   // After the strategy sections: expert parallelism depends on the HSDP mesh, and the
   // checkpoint on fairscale and on expert parallelism.
   if (const Entry* e = top.Find("moe")) SHARDSCOPE_RETURN_IF_ERROR(ReadMoe(*e, plan, &plan.moe));

@@ -100,6 +100,9 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
     SHARDSCOPE_RETURN_IF_ERROR(
         ReadNumber(*e, "cluster.gpu_memory_gb", 0, true, kMaxGpuMemoryGb, &value));
     spec.gpu.hbm_bytes = std::llround(value * kBytesPerMemoryGb);
+    // What a user can read off the machine is what CUDA reports (torch.cuda.get_device_properties
+    // .total_memory): the override is the usable capacity too.
+    spec.gpu.usable_bytes = spec.gpu.hbm_bytes;
   }
   if (const Entry* e = fields.Find("link_sharing")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "cluster.link_sharing", &spec.link_sharing));

@@ -200,6 +200,9 @@ class PlanParser {
                       YAML::Mark* kernels_mark) const;
   // training.kernels from the PyTorch version, the framework code, the GPU and the knobs.
   Status ResolveKernelChoices(const YAML::Mark& mark, Plan* plan) const;
+  // training.cuda_version's default and the init setup's checks across sections (plan_init.cc),
+  // after the strategy sections. `strategy_section` is the strategy's own section, if given.
+  Status ResolveInit(const Entry* training, const Entry* strategy_section, Plan* plan) const;
   // Strategy sections read after model, cluster and training: their checks need the world
   // size, the layer and expert counts and the training dtype from `plan`.
   // `entry` null: the section is absent and only the defaults are resolved.

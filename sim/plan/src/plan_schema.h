@@ -46,6 +46,10 @@ inline constexpr double kMaxDropout = 1;
 // pytorch_version bounds: far beyond any release, so the comparisons below stay plain integers.
 inline constexpr int32_t kMaxPytorchMajor = 99;
 inline constexpr int32_t kMaxPytorchMinor = 999;
+// cuda_version bounds: CUDA 10 is the oldest toolkit any PyTorch from 1.8 was built with.
+inline constexpr int32_t kMinCudaMajor = 10;
+inline constexpr int32_t kMaxCudaMajor = 99;
+inline constexpr int32_t kMaxCudaMinor = 99;
 // DeepSpeed bucket and threshold sizes, in elements: 2^50 keeps element x byte arithmetic
 // inside int64_t and every value exactly representable in the double a "5e8" is read as.
 inline constexpr int64_t kMaxZeroElements = int64_t{1} << 50;
@@ -104,23 +108,25 @@ inline constexpr int64_t kMaxNcclChannels = 1024;
 inline constexpr int64_t kMaxNcclBuffsize = int64_t{1} << 40;
 inline constexpr int64_t kMaxSwitchLatencyNs = 1'000'000;  // 1 ms: far above any switch
 inline constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
-inline constexpr std::array<std::string_view, 13> kTrainingKeys = {
+inline constexpr std::array<std::string_view, 15> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",
     "selective_ac_every", "dtype", "max_grad_norm", "precision", "pytorch_version",
-    "implementation", "compile", "attention", "rms_norm"};
+    "implementation", "compile", "attention", "rms_norm", "cuda_version", "init"};
+inline constexpr std::array<std::string_view, 1> kInitKeys = {"device"};
 inline constexpr std::array<std::string_view, 11> kFsdp2Keys = {
     "reshard_after_forward", "forward_prefetch", "backward_prefetch", "mixed_precision", "mesh",
     "requires_gradient_sync", "gradient_sync_every_k_blocks", "requires_all_reduce",
     "reshard_after_backward", "blocks_per_unit", "wrap"};
-inline constexpr std::array<std::string_view, 11> kFsdp1Keys = {
+inline constexpr std::array<std::string_view, 13> kFsdp1Keys = {
     "sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers", "no_sync",
     "mixed_precision", "mesh", "implementation", "optimize_backward_concat",
-    "reshard_after_forward", "bucket_cap_mb"};
-inline constexpr std::array<std::string_view, 13> kZeroKeys = {
+    "reshard_after_forward", "bucket_cap_mb", "sync_module_states", "device_id"};
+inline constexpr std::array<std::string_view, 14> kZeroKeys = {
     "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
     "stage3_param_persistence_threshold", "legacy_prefetch_off_by_one",
-    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path", "legacy_reduce_per_rank"};
+    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path", "legacy_reduce_per_rank",
+    "zero_init"};
 inline constexpr std::array<std::string_view, 2> kMixedPrecisionKeys = {"param_dtype", "reduce_dtype"};
 inline constexpr std::array<std::string_view, 2> kMeshKeys = {"replicate", "shard"};
 inline constexpr std::array<std::string_view, 2> kDdpKeys = {"bucket_cap_mb", "no_sync"};
@@ -138,6 +144,8 @@ struct EnumName {
   Enum value;
 };
 
+inline constexpr std::array<EnumName<InitDevice>, 3> kInitDevices = {{
+    {"cpu", InitDevice::kCpu}, {"cuda", InitDevice::kCuda}, {"meta", InitDevice::kMeta}}};
 inline constexpr std::array<EnumName<OomPolicy>, 2> kOomPolicies = {{
     {"raise", OomPolicy::kRaise}, {"catch_and_sync", OomPolicy::kCatchAndSync}}};
 inline constexpr std::array<EnumName<Strategy>, 6> kStrategies = {{{"fsdp2", Strategy::kFsdp2},

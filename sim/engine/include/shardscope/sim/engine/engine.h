@@ -76,6 +76,13 @@ struct MemoryConfig {
   bool warm_start = true;
   bool record_history = false;          // keep snapshots, histories and the live tensors at the
                                         // reserved peak (for the observer's ranks)
+  // cuBLAS workspaces the caching allocator serves (PyTorch >= 1.13, CublasHandlePool.cpp
+  // setWorkspaceForHandle: one per (handle, stream) at that handle's first GEMM on the stream):
+  // `gemm_workspaces` blocks of `gemm_workspace_bytes` on the stream of the program's first
+  // GEMM, allocated when the warm-up step reaches that GEMM (before the step when a rank starts
+  // cold) and never freed. None for a program without GEMMs.
+  int64_t gemm_workspace_bytes = 0;
+  int32_t gemm_workspaces = 0;
 };
 
 // A fault injected into one run (`shardscope check`): the allocation op `op_id` of `rank`

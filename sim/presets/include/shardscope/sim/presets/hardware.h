@@ -49,11 +49,14 @@ struct GpuSpec {
   double peak_flops_tf32 = 0;
   double peak_flops_fp32 = 0;              // non-tensor-core fp32
   double peak_flops_fp8 = 0;
-  int64_t hbm_bytes = 0;
+  int64_t hbm_bytes = 0;                   // datasheet capacity ("80GB" read as GiB)
+  // The device memory CUDA reports (cudaMemGetInfo's total, torch.cuda.get_device_properties()
+  // .total_memory): the datasheet capacity less what the driver keeps (ECC, page tables, the
+  // reserved region nvidia-smi -q shows). What a process's CUDA context and allocator share.
+  int64_t usable_bytes = 0;
   double hbm_bandwidth = 0;                // bytes/s
   double nvlink_bandwidth = 0;             // bytes/s per direction per GPU
   double pcie_bandwidth = 0;               // bytes/s per direction (H2D / D2H copies)
-  int64_t cuda_context_bytes = 0;          // device memory taken by the CUDA context + NCCL
   GpuMeasuredFigures measured;
 };
 

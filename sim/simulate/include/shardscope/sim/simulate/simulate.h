@@ -24,8 +24,10 @@ namespace shardscope::sim {
 StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const traces::Schedule& schedule,
                                                          const SimulationSetup& setup);
 
-// Device memory each rank's allocator may use: GPU memory - CUDA context and NCCL buffers -
-// memory reserved by other processes on that GPU.
+// Device memory each rank's allocator may use: what CUDA reports (GpuSpec::usable_bytes) - the
+// CUDA context - the NCCL buffers of the rank's communicators - cuBLAS workspaces cuBLAS
+// allocates itself (PyTorch <= 1.12; later ones come from the allocator, EngineConfigFor) -
+// memory reserved by other processes on that GPU (lowering/schedule_metadata.h DeviceMemorySetup).
 int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
 
 // The engine configuration of a simulation of `schedule` with `setup`: memory, host costs,
