@@ -461,9 +461,20 @@ class HostRank final : public Device {
         return MpiStatus(MPI_Bcast(recv, recv_count, t.type, op.peer_comm_rank, comm), "MPI_Bcast");
       case CollectiveType::kReduce:
         return MpiStatus(MPI_Reduce(send, recv, send_count, t.type, t.sum, op.peer_comm_rank, comm), "MPI_Reduce");
-      case CollectiveType::kAllToAll:
-        return MpiStatus(
-            MPI_Alltoall(send, send_count / group, t.type, recv, recv_count / group, t.type, comm), "MPI_Alltoall");
+      case CollectiveType::kAllToAll: {
+        // Per-peer counts (execution_plan.h AllToAllPeerElements), the same both ways and on
+        // both sides of every pair; Setup checked that their sums fit an int.
+        std::vector<int> counts(static_cast<size_t>(group), 0), displacements(static_cast<size_t>(group), 0);
+        int offset = 0;
+        for (size_t q = 0; q < counts.size() && q < op.peer_elements.size(); ++q) {
+          counts[q] = static_cast<int>(op.peer_elements[q]);
+          displacements[q] = offset;
+          offset += counts[q];
+        }
+        return MpiStatus(MPI_Alltoallv(send, counts.data(), displacements.data(), t.type, recv, counts.data(),
+                                       displacements.data(), t.type, comm),
+                         "MPI_Alltoallv");
+      }
       case CollectiveType::kSend:
         return MpiStatus(MPI_Send(send, send_count, t.type, op.peer_comm_rank, 0, comm), "MPI_Send");
       case CollectiveType::kRecv:
