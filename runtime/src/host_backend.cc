@@ -156,7 +156,7 @@ class HostRank final : public Device {
         launch_ns_(launch_ns),
         memory_(capacity),
         events_(*this),
-        executor_(schedule, setup, plan, options, capacity, *this),
+        executor_(schedule, setup, plan, options, *this),
         mu_(executor_.mutex()),
         cv_(executor_.cv()),
         streams_(plan.streams.size()),
@@ -232,6 +232,8 @@ class HostRank final : public Device {
     // The host device's operations cannot fail (a failed MPI call aborts the job), so an error
     // here is a programming error: it is returned after the exchange, which the peers wait in.
     const Status steps = executor_.RunSteps();
+    // Its peers would wait for it in their next collective: the watchdog ends the job now.
+    executor_.Fail(steps);
     DrainStreams();
     {
       std::lock_guard lock(mu_);
