@@ -611,6 +611,14 @@ StatusOr<std::vector<std::string>> MpiSession::GatherToRankZero(const std::strin
   return out;
 }
 
+StatusOr<bool> MpiSession::AllRanks(bool mine) const {
+  const int local = mine ? 1 : 0;
+  int all = 0;
+  SHARDSCOPE_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce"));
+  return all == 1;
+}
+
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
