@@ -487,7 +487,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
       "--backend host runs it without a GPU: streams as threads, MPI collectives on host buffers, the simulator's "
       "allocator policy, kernels busy-waiting their predicted time x --time-scale. It checks execution semantics "
       "(ordering, collectives, memory, hangs), not performance. --backend cuda runs it on GPUs with proxy kernels of "
-      "the schedule's shapes and NCCL. Writes DIR/report.json and DIR/host_timeline.json (when the host issued each "
+      "the schedule's shapes and NCCL (libcudart, libcublasLt and libnccl are opened then, not needed by anything else). Writes DIR/report.json and DIR/host_timeline.json (when the host issued each "
       "op); a hang "
       "writes DIR/flight_recorder/rank_<r>.json and aborts the job");
   cmd->add_option("input", options->input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
@@ -501,11 +501,15 @@ CommandRunner AddRunCommand(CLI::App& app) {
   cmd->add_flag("--profile", options->profile,
                 "Also write the measured timeline DIR/trace.json (`shardscope diff PREDICTED DIR` reads it). "
                 "--backend cuda: CUPTI device records per rank (kernels, copies, syncs, API calls tagged with op "
-                "ids), raw captures in DIR/cupti/rank_<r>.json, counts in report.json \"profile\"; where CUPTI "
-                "cannot run it warns and writes the host timeline instead. --backend host: the host timeline "
+                "ids) of the measured steps, raw captures in DIR/cupti/rank_<r>.json, counts in report.json "
+                "\"profile\"; CUPTI starts before the run on every rank or on none: where it cannot it warns and "
+                "writes the host timeline instead. --backend host: the host timeline "
                 "(no CUPTI)");
   cmd->add_option("--steps", options->steps, "Measured steps")->capture_default_str();
-  cmd->add_option("--warmup", options->warmup, "Steps run before the measured ones")->capture_default_str();
+  cmd->add_option("--warmup", options->warmup,
+                  "Steps run before the measured ones (--backend cuda: at least 1; the first step on a GPU loads "
+                  "kernels and connects NCCL peers)")
+      ->capture_default_str();
   cmd->add_option("--timeout", options->timeout_s,
                   "Watchdog: seconds without any op completing on a rank before it dumps its flight recorder and "
                   "aborts the job")
