@@ -5,8 +5,8 @@
 // walks its program through the core's RankExecutor on its own host thread), and the core's
 // watchdog, exchange of results and report. Setup is phased so that no rank waits in a
 // collective for a rank that already failed: local state first (every rank), an agreement that
-// all succeeded, then NCCL (collective), then each rank's memory reservation (what is free
-// once NCCL holds its buffers), agreed again.
+// all succeeded, then NCCL (collective), then each rank's capacity (what is free once NCCL
+// holds its buffers), agreed again.
 //
 // The CUDA runtime, cuBLASLt and NCCL are opened here, on first use (cuda_api.h LoadCuda),
 // never linked.
@@ -107,12 +107,12 @@ class Job {
       watchdog.Stop();
       return nccl;
     }
-    // Phase 3 (local, agreed): the schedule's memory, from what cudaMemGetInfo leaves free.
-    Status reserved = Status::Ok();
+    // Phase 3 (local, agreed): the schedule's capacity, from what cudaMemGetInfo leaves free.
+    Status capacity = Status::Ok();
     for (auto& r : ranks_) {
-      if (reserved.ok()) reserved = r->ReserveScheduleMemory();
+      if (capacity.ok()) capacity = r->SetScheduleCapacity();
     }
-    if (Status agreed = AgreeAcrossRanks(reserved, "could not reserve its device memory"); !agreed.ok()) {
+    if (Status agreed = AgreeAcrossRanks(capacity, "has no device memory left for the schedule"); !agreed.ok()) {
       watchdog.Stop();
       return agreed;
     }
@@ -266,6 +266,7 @@ class Job {
     auto extras = [this](const RankResult& r, nlohmann::ordered_json& rank) {
       rank["device"] = r.device;
       rank["capacity_planned_bytes"] = r.planned_capacity;
+      rank["device_backing_bytes"] = r.device_backing;
       rank["mem_get_info_after_setup"] = {{"free_bytes", r.meminfo_free_after_setup},
                                           {"total_bytes", r.meminfo_total}};
       rank["operand_reserved_bytes"] = r.operand_reserved;

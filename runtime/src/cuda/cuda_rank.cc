@@ -151,15 +151,15 @@ Status CudaRank::SetupLocal() {
 
 // Phase 3: what is free once the CUDA context, the proxy operands and cuBLASLt workspaces
 // (phase 1) and NCCL's communicators with their buffers (phase 2; NCCL_RUNTIME_CONNECT=0, see
-// cuda_backend.cc) hold theirs is what the schedule's allocator may reserve: with more, a plan
-// near capacity would fail in cudaMalloc before the policy ever saw an out-of-memory.
-Status CudaRank::ReserveScheduleMemory() {
+// cuda_backend.cc) hold theirs is the most the schedule's allocator may reserve: with more, a
+// plan near capacity would fail in cudaMalloc before the policy ever saw an out-of-memory.
+Status CudaRank::SetScheduleCapacity() {
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaSetDevice(device_));
   size_t free_bytes = 0, total_bytes = 0;
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMemGetInfo(&free_bytes, &total_bytes));
   meminfo_free_after_setup_ = static_cast<int64_t>(free_bytes);
   meminfo_total_ = static_cast<int64_t>(total_bytes);
-  return memory_.Reserve(meminfo_free_after_setup_).WithContext(fmt::format("rank {}", plan_.rank));
+  return memory_.SetCapacity(meminfo_free_after_setup_).WithContext(fmt::format("rank {}", plan_.rank));
 }
 
 // Phase 2, collective over the world: one ncclCommSplit per schedule communicator in index
@@ -510,6 +510,12 @@ Status CudaRank::RunSteps() {
 // idle, so an event on stream 0 marks the start of the whole device's step.
 
 Status CudaRank::BeginStep(int32_t step, bool measured) {
+  if (measured && step == options_.common.warmup) {
+    // Between the warm-up (NCCL connected its peers, kernels loaded) and the measured steps:
+    // the device holds what the allocator holds (cuda_resources.h ScheduleDeviceMemory::Back).
+    SHARDSCOPE_ASSIGN_OR_RETURN(const int64_t backed, memory_.Back(executor_.allocator().stats().reserved_bytes));
+    (void)backed;
+  }
   if (options_.common.hooks.before_step) SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.before_step(step, measured));
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(step_start_.get(), StreamOf(0)));
   return Status::Ok();
@@ -637,6 +643,7 @@ void CudaRank::FillResult(RankResult& result) const {
   result.meminfo_free_after_setup = meminfo_free_after_setup_;
   result.meminfo_total = meminfo_total_;
   result.planned_capacity = memory_.planned();
+  result.device_backing = memory_.backed();
   result.graph_times = graph_times_;
 }
 

@@ -30,7 +30,7 @@ namespace shardscope::runtime::cuda {
 class CudaRank final : public Device {
  public:
   // `planned_capacity`: the simulator's capacity (or --device-memory-gb); the capacity the
-  // rank runs with is decided after setup (ReserveScheduleMemory).
+  // rank runs with is decided after setup (SetScheduleCapacity).
   CudaRank(const traces::Schedule& schedule, const sim::SimulationSetup& setup, ExecutionPlan plan,
            const CudaRunOptions& options, int32_t device, int64_t planned_capacity);
 
@@ -52,8 +52,9 @@ class CudaRank final : public Device {
   Status Split(const CommunicatorPlan& c, ncclComm_t* out);
   void AdoptComms(std::vector<ncclComm_t> comms);
   // Phase 3, after NCCL: the schedule's capacity becomes min(planned, cudaMemGetInfo's free
-  // bytes) and is reserved with one cudaMalloc (cuda_resources.h ScheduleDeviceMemory).
-  Status ReserveScheduleMemory();
+  // bytes) (cuda_resources.h ScheduleDeviceMemory; held on the device from the first
+  // measured step, BeginStep).
+  Status SetScheduleCapacity();
 
   // Runs warm-up and measured steps, then (cuda_graph) the capture and replays. An error stops
   // the rank (error()).

@@ -44,6 +44,7 @@ struct FakeState {
   size_t free_bytes = 64 * kMiB * 1024;  // cudaMemGetInfo
   size_t total_bytes = 80 * kMiB * 1024;
   cudaError_t malloc_error = cudaSuccess;     // every cudaMalloc fails with it
+  int64_t malloc_limit = -1;                  // a cudaMalloc above it: out of memory (-1: none)
   cudaError_t event_query = cudaSuccess;      // every cudaEventQuery answers it
   ncclResult_t async_error = ncclSuccess;     // ncclCommGetAsyncError's state
 };
@@ -115,6 +116,7 @@ cudaError_t EventElapsed(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 1.0f; retu
 cudaError_t Malloc(void** p, size_t bytes) {
   Log(fmt::format("cudaMalloc {}", bytes));
   if (g_fake->malloc_error != cudaSuccess) return g_fake->malloc_error;  // sticky, as a device error is
+  if (g_fake->malloc_limit >= 0 && static_cast<int64_t>(bytes) > g_fake->malloc_limit) return cudaErrorMemoryAllocation;
   *p = NewHandle<void*>();
   g_fake->device_buffers[Id(*p)] = static_cast<int64_t>(bytes);
   return cudaSuccess;
@@ -401,7 +403,7 @@ class CudaRankTest : public ::testing::Test {
   }
 
   // Setup, NCCL (a world communicator and one split per schedule communicator), the
-  // memory reservation: what Job::Run does before Run().
+  // schedule's capacity: what Job::Run does before Run().
   CudaRank& Start(const traces::Schedule& schedule, int32_t rank = 0, int64_t planned = 64 * kMiB) {
     schedule_ = schedule;
     StatusOr<ExecutionPlan> plan = BuildExecutionPlan(schedule_, rank, schedule_.world_size(), costs_);
@@ -417,8 +419,8 @@ class CudaRankTest : public ::testing::Test {
       comms.push_back(out);
     }
     rank_->AdoptComms(std::move(comms));
-    const Status reserved = rank_->ReserveScheduleMemory();
-    EXPECT_TRUE(reserved.ok()) << reserved.message();
+    const Status capacity = rank_->SetScheduleCapacity();
+    EXPECT_TRUE(capacity.ok()) << capacity.message();
     return *rank_;
   }
   // Index of the first log line equal to `line` at or after `from`, or -1.
@@ -499,20 +501,21 @@ TEST_F(CudaRankTest, NoCudaMallocOrFreeInsideAStepWhileTheAllocatorStillReleases
 }
 
 TEST_F(CudaRankTest, TheCapacityIsWhatCudaMemGetInfoLeavesWhenLessThanPlanned) {
-  // Planned 64 MiB, but only 48 MiB free once NCCL and the operands hold theirs: the rank
-  // reserves 48 MiB with one cudaMalloc after the cudaMemGetInfo, and its allocator's
-  // capacity is 48 MiB, so B (50 MiB) is the policy's out-of-memory, not a failed cudaMalloc.
+  // Planned 64 MiB, but only 48 MiB free once NCCL and the operands hold theirs: the
+  // allocator's capacity is 48 MiB, so B (50 MiB) is the policy's out-of-memory in the warm-up
+  // step, not a failed cudaMalloc (none is made for the schedule's tensors in a step).
   fake_.free_bytes = 48 * kMiB;
   CudaRank& rank = Start(OneRankSchedule());
-  const int64_t info = Find("cudaMemGetInfo");
-  ASSERT_GE(info, 0);
-  EXPECT_EQ(fake_.log[static_cast<size_t>(info) + 1], fmt::format("cudaMalloc {}", 48 * kMiB));
+  ASSERT_GE(Find("cudaMemGetInfo"), 0);
+  const size_t after_setup = fake_.log.size();
   rank.Run();
+  EXPECT_EQ(Count("cudaMalloc", after_setup, fake_.log.size()), 0);
   ASSERT_TRUE(rank.error().ok()) << rank.error().message();
   const RankResult result = rank.executor().Result();
   EXPECT_EQ(result.capacity, 48 * kMiB);
   EXPECT_EQ(result.planned_capacity, 64 * kMiB);
   EXPECT_EQ(result.meminfo_free_after_setup, 48 * kMiB);
+  EXPECT_EQ(result.device_backing, 0);  // stopped in the warm-up: never reached a measured step
   ASSERT_TRUE(result.oom.has_value());
   EXPECT_EQ(result.oom->op_id, 17);
   EXPECT_FALSE(result.finished);
@@ -521,9 +524,39 @@ TEST_F(CudaRankTest, TheCapacityIsWhatCudaMemGetInfoLeavesWhenLessThanPlanned) {
 TEST_F(CudaRankTest, ThePlannedCapacityWinsWhenMoreIsFree) {
   fake_.free_bytes = 1024 * kMiB;
   CudaRank& rank = Start(OneRankSchedule());
-  EXPECT_EQ(fake_.log[static_cast<size_t>(Find("cudaMemGetInfo")) + 1], fmt::format("cudaMalloc {}", 64 * kMiB));
   rank.Run();
   EXPECT_EQ(rank.executor().Result().capacity, 64 * kMiB);
+  EXPECT_EQ(rank.executor().Result().planned_capacity, 64 * kMiB);
+}
+
+TEST_F(CudaRankTest, TheMeasuredStepsRunWithTheAllocatorsMemoryHeldOnTheDevice) {
+  // After the warm-up step the allocator holds B's 50 MiB segment (A's 40 MiB one was released
+  // for it): one cudaMalloc of 50 MiB between the warm-up's end and step 1, none after.
+  CudaRank& rank = Start(OneRankSchedule());
+  rank.Run();
+  ASSERT_TRUE(rank.error().ok()) << rank.error().message();
+  const int64_t end0 = Find("== end 0"), step1 = Find("== step 1");
+  ASSERT_GE(end0, 0);
+  EXPECT_EQ(fake_.log[static_cast<size_t>(end0) + 1], fmt::format("cudaMalloc {}", 50 * kMiB));
+  EXPECT_EQ(end0 + 2, step1);
+  EXPECT_EQ(Count("cudaMalloc", static_cast<size_t>(step1), fake_.log.size()), 0);
+  const RankResult result = rank.executor().Result();
+  EXPECT_EQ(result.device_backing, 50 * kMiB);
+  EXPECT_EQ(result.capacity, 64 * kMiB);
+}
+
+TEST_F(CudaRankTest, ABackingTheDeviceRefusesShrinksUntilItIsGranted) {
+  // The device grants at most 45 MiB in one cudaMalloc: 50 MiB is refused, 50 - 2 = 48 MiB
+  // too, 48 - 4 = 44 MiB granted (the backoff doubles).
+  fake_.malloc_limit = 45 * kMiB;
+  CudaRank& rank = Start(OneRankSchedule());
+  rank.Run();
+  ASSERT_TRUE(rank.error().ok()) << rank.error().message();
+  const auto end0 = static_cast<size_t>(Find("== end 0"));
+  EXPECT_EQ(fake_.log[end0 + 1], fmt::format("cudaMalloc {}", 50 * kMiB));
+  EXPECT_EQ(fake_.log[end0 + 2], fmt::format("cudaMalloc {}", 48 * kMiB));
+  EXPECT_EQ(fake_.log[end0 + 3], fmt::format("cudaMalloc {}", 44 * kMiB));
+  EXPECT_EQ(rank.executor().Result().device_backing, 44 * kMiB);
 }
 
 TEST_F(CudaRankTest, RecordStreamEventsAreRecycledNotCreatedEveryStep) {

@@ -183,25 +183,31 @@ class OperandDeviceMemory final : public sim::DeviceMemory {
 // The schedule's memory: no cudaMalloc or cudaFree inside a step. cudaFree synchronizes the
 // device, and a cudaMalloc or cudaFree while NCCL kernels of several communicators are in
 // flight can deadlock (NCCL user guide, "Using multiple NCCL communicators concurrently";
-// TensorFlow/XLA's nccl_utils barrier after ncclCommInitRank for the cudaMalloc case), so the
-// whole capacity is reserved once, after setup, by Reserve: one cudaMalloc of
-// min(planned capacity, what cudaMemGetInfo says is free once the CUDA context, the proxy
-// operands, the cuBLASLt workspaces and NCCL's communicators hold theirs). The policy's
-// segments are then accounting inside that reservation: the schedule's tensors are never
-// touched by a kernel (the proxies have their own operands), so they need no pointer.
-// What a real cudaFree would cost the host is kept: releasing a segment (the allocator's
+// TensorFlow/XLA's barrier after ncclCommInitRank in nccl_utils.cc for the cudaMalloc case). The
+// policy's segments are accounting only (the simulator's capacity accounting and addresses):
+// the schedule's tensors are never touched by a kernel (the proxies have their own operands),
+// so they need no pointer. Two steps give them their weight on the device:
+//   - SetCapacity, after setup: the capacity is min(planned, what cudaMemGetInfo says is free
+//     once the CUDA context, the proxy operands, the cuBLASLt workspaces and NCCL's
+//     communicators hold theirs), so a plan near capacity meets the policy's out-of-memory,
+//     not a failed cudaMalloc;
+//   - Back, between the warm-up and the first measured step: one cudaMalloc of what the
+//     allocator then holds, so the measured steps run with the job's memory taken on the
+//     device. Not before: the warm-up step is where NCCL connects its point-to-point peers and
+//     allocates their buffers (all_to_all, send/recv), which a reservation of everything free
+//     would starve.
+// What a real cudaFree costs the host is kept: releasing a segment (the allocator's
 // free-and-retry path, garbage collection, an expandable unmap) synchronizes the device, as
 // CUDACachingAllocator's release_cached_blocks does (synchronize_and_free_events, then cudaFree,
 // c10/cuda/CUDACachingAllocator.cpp), except inside a CUDA-graph capture.
 class ScheduleDeviceMemory final : public sim::DeviceMemory {
  public:
   // `planned`: the simulator's capacity (or --device-memory-gb); what Capacity() says until
-  // Reserve, so a memory fraction applies to it as the simulator applies it.
+  // SetCapacity, so a memory fraction applies to it as the simulator applies it.
   explicit ScheduleDeviceMemory(int64_t planned) : planned_(planned) {}
 
-  // Reserves min(planned, free_bytes) and makes it the capacity. Fails with kInvalidInput when
-  // nothing is left, with the CUDA error when the cudaMalloc fails.
-  Status Reserve(int64_t free_bytes) {
+  // The capacity becomes min(planned, free_bytes); kInvalidInput when that leaves nothing.
+  Status SetCapacity(int64_t free_bytes) {
     const int64_t capacity = std::min(planned_, free_bytes);
     if (capacity <= 0) {
       return Status::InvalidInput(fmt::format(
@@ -209,18 +215,33 @@ class ScheduleDeviceMemory final : public sim::DeviceMemory {
           "hold theirs ({} bytes free)",
           free_bytes));
     }
-    void* p = nullptr;
-    if (const cudaError_t e = Cuda().cudaMalloc(&p, static_cast<size_t>(capacity)); e != cudaSuccess) {
-      (void)Cuda().cudaGetLastError();
-      return CallStatus(e, fmt::format("cudaMalloc({} bytes) reserving the schedule's memory", capacity), __FILE__,
-                        __LINE__);
-    }
-    arena_ = OwnedDeviceBuffer(p);
     accounting_ = sim::MakeCapacityDeviceMemory(capacity);
     return Status::Ok();
   }
+
+  // Holds `bytes` on the device with one cudaMalloc, or the largest part the device grants
+  // (a cudaMalloc of all that cudaMemGetInfo calls free can fail: on "out of memory" the
+  // request shrinks by 2 MiB, then 4, 8, ...). Returns the bytes held; fails with the CUDA
+  // error when a cudaMalloc fails otherwise.
+  StatusOr<int64_t> Back(int64_t bytes) {
+    void* p = nullptr;
+    int64_t size = bytes;
+    for (int64_t step = kBackingBackoff; size > 0; size -= step, step *= 2) {
+      const cudaError_t e = Cuda().cudaMalloc(&p, static_cast<size_t>(size));
+      if (e == cudaSuccess) break;
+      (void)Cuda().cudaGetLastError();  // an out-of-memory is not sticky
+      p = nullptr;
+      if (e != cudaErrorMemoryAllocation) {
+        return CallStatus(e, fmt::format("cudaMalloc({} bytes) holding the schedule's memory", size), __FILE__,
+                          __LINE__);
+      }
+    }
+    backing_ = OwnedDeviceBuffer(p);
+    backed_ = p != nullptr ? size : 0;
+    return backed_;
+  }
   int64_t planned() const { return planned_; }
-  bool reserved() const { return accounting_ != nullptr; }
+  int64_t backed() const { return backed_; }
 
   bool Allocate(int64_t bytes, uint64_t* address) override {
     return accounting_ != nullptr && accounting_->Allocate(bytes, address);
@@ -247,9 +268,15 @@ class ScheduleDeviceMemory final : public sim::DeviceMemory {
     }
   }
 
+  // The first shrink of a refused backing: the allocator's page (2 MiB, a GPU's large page:
+  // sim/models/src/device_memory.cc rounds segments to it), doubled at each refusal so it
+  // takes at most ~log2(bytes / 2 MiB) attempts.
+  static constexpr int64_t kBackingBackoff = int64_t{2} << 20;
+
   const int64_t planned_;
   std::unique_ptr<sim::DeviceMemory> accounting_;
-  OwnedDeviceBuffer arena_;
+  OwnedDeviceBuffer backing_;
+  int64_t backed_ = 0;
   bool capturing_ = false;
   Status error_ = Status::Ok();
 };
