@@ -41,15 +41,15 @@ cublasComputeType_t CublasCompute(LtComputeType t) {
 Status MakeLayout(LtDataType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride,
                   OwnedLayout* out) {
   cublasLtMatrixLayout_t layout = nullptr;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatrixLayoutCreate(&layout, CudaType(type), static_cast<uint64_t>(rows),
-                                                             static_cast<uint64_t>(cols), ld));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatrixLayoutCreate(
+      &layout, CudaType(type), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   *out = OwnedLayout(layout);
   if (batch > 1) {
     const auto count = static_cast<int32_t>(batch);
     SHARDSCOPE_CUDA_RETURN_IF_ERROR(
         Cuda().cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(
-        Cuda().cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
   return Status::Ok();
 }
@@ -83,12 +83,15 @@ std::string ProblemKey(const LtProblem& p) {
 Status BuildLtPlan(cublasLtHandle_t handle, const LtProblem& p, size_t workspace, int32_t max_results,
                    LtPlan* plan, std::vector<cublasLtMatmulHeuristicResult_t>* results) {
   cublasLtMatmulDesc_t desc = nullptr;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatmulDescCreate(&desc, CublasCompute(p.compute), CudaType(p.scale_type)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+      Cuda().cublasLtMatmulDescCreate(&desc, CublasCompute(p.compute), CudaType(p.scale_type)));
   plan->desc = OwnedMatmulDesc(desc);
   const cublasOperation_t ta = p.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = p.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+      Cuda().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+      Cuda().cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   SHARDSCOPE_RETURN_IF_ERROR(MakeLayout(p.a_type, p.transpose_a ? p.k : p.m, p.transpose_a ? p.m : p.k, p.lda, p.batch,
                                         p.stride_a, &plan->a));
   SHARDSCOPE_RETURN_IF_ERROR(MakeLayout(p.b_type, p.transpose_b ? p.n : p.k, p.transpose_b ? p.k : p.n, p.ldb, p.batch,
@@ -119,9 +122,9 @@ Status BuildLtPlan(cublasLtHandle_t handle, const LtProblem& p, size_t workspace
 Status RunLt(cublasLtHandle_t handle, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const LtProblem& p,
              const void* a, const void* b, void* c, void* workspace, cudaStream_t stream) {
   const Scalars s(p.scale_type);
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatmul(handle, plan.desc.get(), s.one, a, plan.a.get(), b, plan.b.get(),
-                                                 s.zero, c, plan.c.get(), c, plan.c.get(), &algo, workspace,
-                                                 plan.workspace, stream));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtMatmul(handle, plan.desc.get(), s.one, a, plan.a.get(), b,
+                                                        plan.b.get(), s.zero, c, plan.c.get(), c, plan.c.get(), &algo,
+                                                        workspace, plan.workspace, stream));
   return Status::Ok();
 }
 
@@ -161,12 +164,14 @@ StatusOr<GemmBenchmark> BenchmarkGemm(const traces::GemmDesc& gemm, int32_t iter
   SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent b, MakeEvent(true));
   auto time_algo = [&](const cublasLtMatmulAlgo_t& algo) -> StatusOr<double> {
     for (int i = 0; i < 3; ++i) {
-      SHARDSCOPE_RETURN_IF_ERROR(RunLt(lt.get(), plan, algo, p, buffers[0], buffers[1], buffers[2], buffers[3], stream.get()));
+      SHARDSCOPE_RETURN_IF_ERROR(
+          RunLt(lt.get(), plan, algo, p, buffers[0], buffers[1], buffers[2], buffers[3], stream.get()));
     }
     std::vector<int64_t> times;
     for (int32_t i = 0; i < iterations; ++i) {
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(a.get(), stream.get()));
-      SHARDSCOPE_RETURN_IF_ERROR(RunLt(lt.get(), plan, algo, p, buffers[0], buffers[1], buffers[2], buffers[3], stream.get()));
+      SHARDSCOPE_RETURN_IF_ERROR(
+          RunLt(lt.get(), plan, algo, p, buffers[0], buffers[1], buffers[2], buffers[3], stream.get()));
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(b.get(), stream.get()));
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventSynchronize(b.get()));
       float ms = 0;

@@ -73,13 +73,15 @@ StatusOr<CudaApi> OpenAll() {
   SHARDSCOPE_ASSIGN_OR_RETURN(void* cublaslt, OpenCudaLibrary(names.cublaslt, "cuBLASLt, for the GEMM proxies"));
   SHARDSCOPE_ASSIGN_OR_RETURN(void* nccl, OpenCudaLibrary(names.nccl, "NCCL, for the collectives"));
   // The handles stay open for the life of the process (the libraries are never unloaded).
-#define SHARDSCOPE_RESOLVE_CUDART(fn) SHARDSCOPE_RETURN_IF_ERROR(Resolve(cudart, names.cudart, SHARDSCOPE_CUDA_STR(fn), api.fn));
+#define SHARDSCOPE_RESOLVE_CUDART(fn) \
+  SHARDSCOPE_RETURN_IF_ERROR(Resolve(cudart, names.cudart, SHARDSCOPE_CUDA_STR(fn), api.fn));
 #define SHARDSCOPE_RESOLVE_CUDART_TYPED(fn, type) \
   static_assert(std::is_same_v<decltype(static_cast<type>(&::fn)), type>); \
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(cudart, names.cudart, SHARDSCOPE_CUDA_STR(fn), api.fn));
 #define SHARDSCOPE_RESOLVE_CUBLASLT(fn) \
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(cublaslt, names.cublaslt, SHARDSCOPE_CUDA_STR(fn), api.fn));
-#define SHARDSCOPE_RESOLVE_NCCL(fn) SHARDSCOPE_RETURN_IF_ERROR(Resolve(nccl, names.nccl, SHARDSCOPE_CUDA_STR(fn), api.fn));
+#define SHARDSCOPE_RESOLVE_NCCL(fn) \
+  SHARDSCOPE_RETURN_IF_ERROR(Resolve(nccl, names.nccl, SHARDSCOPE_CUDA_STR(fn), api.fn));
   SHARDSCOPE_CUDART_ENTRIES(SHARDSCOPE_RESOLVE_CUDART)
   SHARDSCOPE_CUDART_TYPED_ENTRIES(SHARDSCOPE_RESOLVE_CUDART_TYPED)
   SHARDSCOPE_CUBLASLT_ENTRIES(SHARDSCOPE_RESOLVE_CUBLASLT)

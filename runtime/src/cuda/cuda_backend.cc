@@ -135,7 +135,8 @@ class Job {
 
  private:
   StatusOr<int32_t> LocalRank() {
-    if (std::optional<int32_t> env = LocalRankFromEnvironment([](const char* n) -> const char* { return std::getenv(n); })) {
+    if (std::optional<int32_t> env =
+            LocalRankFromEnvironment([](const char* n) -> const char* { return std::getenv(n); })) {
       return *env;
     }
     // No launcher variable: the rank within the processes sharing this node's memory.
@@ -214,7 +215,8 @@ class Job {
     RunResult result = RunResultOf(exchanged.ranks);
     result.summary = SummaryText(exchanged.ranks);
     const std::filesystem::path dir(options_.common.out_dir);
-    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically((dir / "report.json").string(), ReportJson(exchanged.ranks)));
+    SHARDSCOPE_RETURN_IF_ERROR(
+        traces::WriteFileAtomically((dir / "report.json").string(), ReportJson(exchanged.ranks)));
     SHARDSCOPE_RETURN_IF_ERROR(WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, exchanged.timeline,
                                                  fmt::format("shardscope {} run --backend cuda", sim::Version()),
                                                  "nccl"));
@@ -226,7 +228,8 @@ class Job {
     std::string text = fmt::format("{}: ran {} rank(s) on the CUDA backend ({}), {} warm-up + {} measured step(s)\n",
                                    options_.common.source, schedule_.world_size(), ranks_[0]->device_name(),
                                    options_.common.warmup, options_.common.steps);
-    text += fmt::format("  step (median, slowest rank)  {:>12.3f} ms (CUDA events)\n", static_cast<double>(step) * 1e-6);
+    text +=
+        fmt::format("  step (median, slowest rank)  {:>12.3f} ms (CUDA events)\n", static_cast<double>(step) * 1e-6);
     if (options_.cuda_graph) {
       text += fmt::format("  CUDA graph replay            {:>12.3f} ms (eager / graph = {:.3f})\n",
                           static_cast<double>(graph) * 1e-6,

@@ -193,8 +193,8 @@ StatusOr<void*> CudaRank::OperandBuffer(int64_t bytes, int32_t stream) {
   const sim::MallocOutcome out = operand_allocator_.Malloc(bytes, stream);
   // A cudaMalloc that failed with anything but "out of memory" is reported as such, even when
   // the allocator's retry then got the memory.
-  SHARDSCOPE_RETURN_IF_ERROR(
-      operand_memory_.TakeError().WithContext(fmt::format("rank {}: proxy operands on device {}", plan_.rank, device_)));
+  SHARDSCOPE_RETURN_IF_ERROR(operand_memory_.TakeError().WithContext(
+      fmt::format("rank {}: proxy operands on device {}", plan_.rank, device_)));
   if (!out.ok) {
     return Status::InvalidInput(fmt::format(
         "rank {}: the proxy operands need {} more bytes than device {} has free (cudaMalloc: out of memory)",
@@ -344,13 +344,16 @@ Status CudaRank::RunMemcpy(const traces::MemcpyOp& m) {
   if (bytes == 0) return Status::Ok();
   switch (m.kind) {
     case traces::MemcpyKind::kHostToDevice:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMemcpyAsync(o.dst, pinned_.get(), bytes, cudaMemcpyHostToDevice, StreamOf(m.stream)));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().cudaMemcpyAsync(o.dst, pinned_.get(), bytes, cudaMemcpyHostToDevice, StreamOf(m.stream)));
       break;
     case traces::MemcpyKind::kDeviceToHost:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMemcpyAsync(pinned_.get(), o.src, bytes, cudaMemcpyDeviceToHost, StreamOf(m.stream)));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().cudaMemcpyAsync(pinned_.get(), o.src, bytes, cudaMemcpyDeviceToHost, StreamOf(m.stream)));
       break;
     case traces::MemcpyKind::kDeviceToDevice:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMemcpyAsync(o.dst, o.src, bytes, cudaMemcpyDeviceToDevice, StreamOf(m.stream)));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().cudaMemcpyAsync(o.dst, o.src, bytes, cudaMemcpyDeviceToDevice, StreamOf(m.stream)));
       break;
   }
   return Status::Ok();
@@ -358,7 +361,8 @@ Status CudaRank::RunMemcpy(const traces::MemcpyOp& m) {
 
 Status CudaRank::Collective(const OpPlan& op, int32_t index, int32_t /*step*/, int64_t /*record*/) {
   const auto& coll = std::get<traces::CollectiveOp>(plan_.program->ops[static_cast<size_t>(index)].payload);
-  ncclComm_t comm = comms_[static_cast<size_t>(op.communicator)] ? comms_[static_cast<size_t>(op.communicator)]->get() : nullptr;
+  ncclComm_t comm =
+      comms_[static_cast<size_t>(op.communicator)] ? comms_[static_cast<size_t>(op.communicator)]->get() : nullptr;
   if (comm == nullptr) return Status::Internal(fmt::format("op {}: no NCCL communicator", op.op_id));
   cudaStream_t stream = StreamOf(op.stream);
   void* send = send_[static_cast<size_t>(op.communicator)];
@@ -382,10 +386,12 @@ Status CudaRank::Collective(const OpPlan& op, int32_t index, int32_t /*step*/, i
       SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclAllReduce(send, recv, send_count, t.type, t.op, comm, stream));
       break;
     case CollectiveType::kBroadcast:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclBroadcast(send, recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().ncclBroadcast(send, recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
       break;
     case CollectiveType::kReduce:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclReduce(send, recv, send_count, t.type, t.op, op.peer_comm_rank, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().ncclReduce(send, recv, send_count, t.type, t.op, op.peer_comm_rank, comm, stream));
       break;
     case CollectiveType::kAllToAll: {
       // ProcessGroupNCCL::alltoall_base: a group of one send and one receive per peer, with
@@ -447,9 +453,9 @@ StatusOr<int64_t> CudaRank::ElapsedNs() {
   return static_cast<int64_t>(static_cast<double>(ms) * 1e6);
 }
 
-// One step captured on stream 0 (relaxed mode: the allocator's host-side calls may still
-// cudaMalloc; with a warm allocator they hit its cache), then replayed. GPU: NCCL kernels are
-// capturable since NCCL 2.9 (NCCL docs, "Using NCCL with CUDA Graphs").
+// One step captured on stream 0 (relaxed mode; the allocator's calls are accounting only and a
+// segment released meanwhile skips its device synchronization), then replayed. GPU: NCCL
+// kernels are capturable since NCCL 2.9 (NCCL docs, "Using NCCL with CUDA Graphs").
 Status CudaRank::CaptureAndReplay() {
   const int32_t step = options_.common.warmup + options_.common.steps;
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaStreamBeginCapture(StreamOf(0), cudaStreamCaptureModeRelaxed));

@@ -97,7 +97,10 @@ cudaError_t StreamCreate(cudaStream_t* s, unsigned int flags, int priority) {
   return cudaSuccess;
 }
 cudaError_t StreamDestroy(cudaStream_t) { --g_fake->streams_live; return cudaSuccess; }
-cudaError_t StreamSynchronize(cudaStream_t s) { Log(fmt::format("cudaStreamSynchronize {:#x}", Id(s))); return cudaSuccess; }
+cudaError_t StreamSynchronize(cudaStream_t s) {
+  Log(fmt::format("cudaStreamSynchronize {:#x}", Id(s)));
+  return cudaSuccess;
+}
 cudaError_t StreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 cudaError_t EventCreate(cudaEvent_t* e, unsigned int) {
   *e = NewHandle<cudaEvent_t>();
@@ -228,7 +231,8 @@ ncclResult_t NcclAllGather(const void*, void*, size_t count, ncclDataType_t, ncc
   Log(fmt::format("ncclAllGather {} on {:#x}", count, Id(s)));
   return ncclSuccess;
 }
-ncclResult_t NcclReduceScatter(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+ncclResult_t NcclReduceScatter(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                               cudaStream_t) {
   Log(fmt::format("ncclReduceScatter {}", count));
   return ncclSuccess;
 }
@@ -236,7 +240,9 @@ ncclResult_t NcclAllReduce(const void*, void*, size_t count, ncclDataType_t, ncc
   Log(fmt::format("ncclAllReduce {}", count));
   return ncclSuccess;
 }
-ncclResult_t NcclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclSuccess; }
+ncclResult_t NcclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
+  return ncclSuccess;
+}
 ncclResult_t NcclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t) {
   return ncclSuccess;
 }

@@ -61,7 +61,9 @@ inline void DestroyLt(cublasLtHandle_t h) { SHARDSCOPE_CUDA_LOG_IF_ERROR(Cuda().
 inline void DestroyMatmulDesc(cublasLtMatmulDesc_t d) {
   SHARDSCOPE_CUDA_LOG_IF_ERROR(Cuda().cublasLtMatmulDescDestroy(d));
 }
-inline void DestroyLayout(cublasLtMatrixLayout_t l) { SHARDSCOPE_CUDA_LOG_IF_ERROR(Cuda().cublasLtMatrixLayoutDestroy(l)); }
+inline void DestroyLayout(cublasLtMatrixLayout_t l) {
+  SHARDSCOPE_CUDA_LOG_IF_ERROR(Cuda().cublasLtMatrixLayoutDestroy(l));
+}
 inline void DestroyPreference(cublasLtMatmulPreference_t p) {
   SHARDSCOPE_CUDA_LOG_IF_ERROR(Cuda().cublasLtMatmulPreferenceDestroy(p));
 }
