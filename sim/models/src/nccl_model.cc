@@ -115,7 +115,12 @@ bool IsPointToPoint(CollectiveType type) {
          type == CollectiveType::kRecv;
 }
 
-int64_t CeilNs(double ns) { return static_cast<int64_t>(std::ceil(ns)); }
+// Clamped to the simulator's horizon (traces::kMaxSimulatedNs), so the conversion is defined
+// for any size and bandwidth; a collective that long stops the run with the engine's error.
+int64_t CeilNs(double ns) {
+  if (!(ns > 0)) return 0;
+  return static_cast<int64_t>(std::ceil(std::min(ns, static_cast<double>(traces::kMaxSimulatedNs))));
+}
 
 CollectiveCost Unavailable(NcclAlgorithm algorithm, NcclProtocol protocol) {
   CollectiveCost cost;
