@@ -37,6 +37,9 @@ inline constexpr double kMaxParameters = 1125899906842624.0;  // 2^50
 // Activation elements of one micro-batch: tokens x (layers x (hidden + ffn x top-k) + vocab).
 inline constexpr double kMaxActivationElements = 1125899906842624.0;  // 2^50
 inline constexpr double kMaxBandwidthGbps = 1e5;                      // GB/s per GPU (100 TB/s)
+// 0.1 GB/s: below 1 Gb/s Ethernet (125 MB/s), the slowest link a GPU job could cross; the
+// schedule metadata's lower bound too (sim/lowering/src/schedule_metadata.cc).
+inline constexpr double kMinBandwidthGbps = 0.1;
 inline constexpr double kMaxGpuMemoryGb = 1e5;                        // 100 TB
 inline constexpr double kMaxSlowdown = 100;
 inline constexpr double kMaxHostOverheadUs = 1e6;  // one second
