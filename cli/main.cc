@@ -130,7 +130,7 @@ Status RunSimulate(const SimulateOptions& options) {
       if (r >= setup.cluster.gpus_per_node) extra.push_back(r);
     }
     if (!extra.empty()) {
-      if (!options.quiet) std::cerr << fmt::format("shardscope: tracing {} rank(s) whose timelines differ\n", extra.size());
+      cli::Progress::Note(options.quiet, fmt::format("tracing {} rank(s) whose timelines differ", extra.size()));
       sim::TraceRecorder extra_recorder(schedule, extra, *writer);
       SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
     }
@@ -221,15 +221,15 @@ Status RunSimulate(const SimulateOptions& options) {
 }
 
 // `simulate --compare A B`: both simulated without traces, the summaries side by side.
-Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
+Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force) {
   struct Run {
     cli::LoadedInput loaded;
     sim::SimulationResult result;
   };
   std::vector<Run> runs;
   for (const std::string& input : inputs) {
-    if (!quiet) std::cerr << "shardscope: simulating " << input << "\n";
-    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
+    cli::Progress::Note(quiet, fmt::format("simulating {}", input));
+    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptions::With(force, quiet)));
     SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs,
                                 sim::MakeCostProvider(loaded.schedule, loaded.setup));
     const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule.world_size());
@@ -433,7 +433,7 @@ int main(int argc, char** argv) {
   try {
     if (*simulate_cmd) {
       if (!compare_inputs.empty()) {
-        status = RunCompare(compare_inputs, simulate.quiet);
+        status = RunCompare(compare_inputs, simulate.quiet, simulate.force);
       } else if (simulate.input.empty()) {
         status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
       } else {

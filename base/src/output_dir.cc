@@ -40,7 +40,7 @@ OutputDir::OutputDir(std::string dir, std::string staging, bool dir_existed, Out
 StatusOr<std::unique_ptr<OutputDir>> OutputDir::Create(const std::string& dir, OutputSpec spec) {
   std::error_code ec;
   fs::path path = fs::path(dir).lexically_normal();
-  if (path.has_filename() == false && path.has_parent_path()) path = path.parent_path();  // "out/" -> "out"
+  if (!path.has_filename() && path.has_parent_path()) path = path.parent_path();  // "out/" -> "out"
   const fs::file_status status = fs::status(path, ec);
   const bool exists = !ec && fs::exists(status);
   if (exists && !fs::is_directory(status)) {
