@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "progress.h"
 #include "shardscope/sim/lowering/lowering.h"
 #include "shardscope/sim/hangs/fault_sweep.h"
 #include "shardscope/sim/hangs/hang.h"
@@ -28,8 +29,9 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
     const size_t colon = spec.find(':');
     const auto bad = [&] {
       return Status::InvalidInput(
-          fmt::format("--straggler: expected RANK:FACTOR with 0 <= RANK < {} and FACTOR >= 1 (like 3:1.5), got '{}'",
-                      world, spec));
+          fmt::format("--straggler: expected RANK:FACTOR with 0 <= RANK < {} and 1 <= FACTOR <= {} (like 3:1.5), "
+                      "got '{}'",
+                      world, sim::kMaxRankSlowdownFactor, spec));
     };
     if (colon == std::string::npos) return bad();
     int64_t rank = -1;
@@ -44,8 +46,10 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
     } catch (const std::exception&) {
       return bad();
     }
-    if (rank < 0 || rank >= world || !(factor >= 1.0) || !std::isfinite(factor)) return bad();
-    stragglers[static_cast<int32_t>(rank)] = factor;
+    if (rank < 0 || rank >= world || !(factor >= 1.0 && factor <= sim::kMaxRankSlowdownFactor)) return bad();
+    if (!stragglers.emplace(static_cast<int32_t>(rank), factor).second) {
+      return Status::InvalidInput(fmt::format("--straggler: rank {} given twice (one factor per rank)", rank));
+    }
   }
   return stragglers;
 }
@@ -71,6 +75,8 @@ struct CheckOptions {
   double seq_len_factor = sim::FaultSweepOptions{}.seq_len_factor;
   double moe_load = sim::FaultSweepOptions{}.moe_load;
   double held_gib = static_cast<double>(sim::FaultSweepOptions{}.held_bytes) / static_cast<double>(int64_t{1} << 30);
+  bool quiet = false;
+  bool force = false;
 };
 
 // What the known fix for OOM hangs costs: Composer's catch_and_sync with its FSDP sync hooks
@@ -119,15 +125,12 @@ StatusOr<std::string> MitigationLine(const LoadedInput& loaded, const sim::Engin
                      3 * static_cast<double>(cost) * 1e-6);
 }
 
-// On a terminal: one bar redrawn in place. Elsewhere (logs, CI): nothing (the table follows).
-sim::FaultProgress MakeProgress() {
-  if (!isatty(STDERR_FILENO)) return {};
-  return [](size_t done, size_t total, const sim::FaultCaseResult& r) {
-    constexpr size_t kBarWidth = 24;
-    const size_t filled = total > 0 ? std::min(kBarWidth, done * kBarWidth / total) : 0;
-    std::cerr << fmt::format("\r\033[K[{:#<{}}{:<{}}] {}/{}  {}: {}", "", filled, "", kBarWidth - filled, done, total,
-                             r.fault.Label(), sim::FaultOutcomeName(r.outcome))
-              << std::flush;
+// Each case as it ends (progress.h: in place on a terminal, sparse lines in a log, nothing
+// with -q). Called under the sweep's lock.
+sim::FaultProgress MakeProgress(Progress& progress) {
+  return [&progress](size_t done, size_t total, const sim::FaultCaseResult& r) {
+    progress.Update(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0,
+                    fmt::format("{}/{}: {}: {}", done, total, r.fault.Label(), sim::FaultOutcomeName(r.outcome)));
   };
 }
 
@@ -137,7 +140,9 @@ Status RunCheck(const CheckOptions& options) {
         fmt::format("--watchdog-minutes: expected a positive number of minutes, got {}", options.watchdog_minutes));
   }
   if (options.threads < 0) return Status::InvalidInput(fmt::format("--threads: expected >= 0, got {}", options.threads));
-  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  Progress::Note(options.quiet, fmt::format("loading {}", options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
+                              LoadInput(options.input, LoadOptions::With(options.force, options.quiet)));
   const traces::Schedule& schedule = loaded.schedule;
   sim::FaultSweepOptions sweep;
   if (!options.ranks.empty()) {
@@ -171,7 +176,13 @@ Status RunCheck(const CheckOptions& options) {
   const sim::CostProvider& costs = *cost_provider;
   sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule);
   config.memory.record_history = false;  // no trace: snapshots would only cost time
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline, sim::Simulate(schedule, costs, config, nullptr));
+  sim::SimulationResult baseline;
+  {
+    Progress progress(fmt::format("check: the baseline run ({} ranks)", schedule.world_size()), options.quiet);
+    sim::EngineConfig baseline_config = config;
+    if (!options.quiet) baseline_config.progress = [&progress](double fraction) { progress.Update(fraction); };
+    SHARDSCOPE_ASSIGN_OR_RETURN(baseline, sim::Simulate(schedule, costs, baseline_config, nullptr));
+  }
   std::cout << fmt::format("{}: {} ranks, {} program(s)\n", options.input, schedule.world_size(),
                            schedule.programs.size());
   if (baseline.hung) {
@@ -197,11 +208,12 @@ Status RunCheck(const CheckOptions& options) {
                            }(),
                            loaded.plan ? ", divergences (one rank runs a different plan), memory held by another process"
                                        : " (a schedule JSON: no divergence cases, they need the plan)");
-  const sim::FaultProgress progress = MakeProgress();
-  SHARDSCOPE_ASSIGN_OR_RETURN(
-      std::vector<sim::FaultCaseResult> results,
-      sim::RunFaultSweep(schedule, costs, config, cases, baseline.step_ns, options.threads, progress, sweep.hang));
-  if (progress) std::cerr << "\r\033[K" << std::flush;
+  std::vector<sim::FaultCaseResult> results;
+  {
+    Progress progress(fmt::format("check: {} fault case(s)", cases.size()), options.quiet);
+    SHARDSCOPE_ASSIGN_OR_RETURN(results, sim::RunFaultSweep(schedule, costs, config, cases, baseline.step_ns,
+                                                            options.threads, MakeProgress(progress), sweep.hang));
+  }
   std::cout << sim::FaultTableText(results);
   const auto hangs = std::count_if(results.begin(), results.end(), [](const sim::FaultCaseResult& r) { return !r.Safe(); });
   std::cout << "\n";
@@ -268,6 +280,8 @@ CommandRunner AddCheckCommand(CLI::App& app) {
   cmd->add_option("--held-gib", options->held_gib,
                   "Memory-held case: GiB another process holds on the rank's GPU (0: no such case)")
       ->capture_default_str();
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
+  cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunCheck(*options);

@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "progress.h"
+#include "shardscope/base/output_dir.h"
 #include "shardscope/analysis/diff.h"
 
 namespace shardscope::cli {
@@ -20,21 +22,31 @@ struct DiffCommandOptions {
   std::string measured;
   std::string out_dir = "shardscope-diff";
   int top_n = 20;
-  int rank = -1;
+  int rank = -1;  // -1: every rank (the flag not given; a given --rank must be >= 0)
   bool full = false;
-  int64_t step = -1;
+  int64_t step = -1;  // -1: the median measured step (likewise)
+  bool rank_given = false, step_given = false;
+  bool quiet = false;
 };
 
 Status RunDiff(const DiffCommandOptions& options) {
   if (options.top_n < 0) return Status::InvalidInput(fmt::format("--top: expected >= 0, got {}", options.top_n));
-  if (options.rank < -1) return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
+  // -1 is only the default's sentinel: `--rank -1` is a bad rank, not "all".
+  if (options.rank_given && options.rank < 0) {
+    return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
+  }
+  Progress::Note(options.quiet, fmt::format("reading the predicted side {}", options.predicted));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide predicted, traces::LoadDiffSide(options.predicted));
+  Progress::Note(options.quiet, fmt::format("reading the measured side {}", options.measured));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide measured, traces::LoadDiffSide(options.measured));
-  if (options.step < -1) return Status::InvalidInput(fmt::format("--step: expected a step >= 0, got {}", options.step));
+  if (options.step_given && options.step < 0) {
+    return Status::InvalidInput(fmt::format("--step: expected a step >= 0, got {}", options.step));
+  }
   // One step against one step: a multi-step measured trace is cut to its median measured
   // step (or --step N) first (docs/DIFF.md, "Steps").
   SHARDSCOPE_RETURN_IF_ERROR(traces::SelectDiffStep(predicted, measured, options.step));
   for (const traces::DiffSide* side : {&predicted, &measured}) {
+    if (options.quiet) break;
     for (const std::string& warning : side->warnings) std::cerr << "shardscope diff: warning: " << warning << "\n";
   }
   if (!measured.step_note.empty()) std::cout << fmt::format("measured: {}\n", measured.step_note);
@@ -43,13 +55,25 @@ Status RunDiff(const DiffCommandOptions& options) {
   diff_options.top_n = options.top_n;
   diff_options.rank = options.rank;
   diff_options.full_report = options.full;
+  const auto slices = [](const traces::DiffSide& side) {
+    size_t n = 0;
+    for (const traces::Timeline& file : side.files) n += file.slices.size();
+    return n;
+  };
+  Progress::Note(options.quiet,
+                 fmt::format("matching {} predicted and {} measured slices", slices(predicted), slices(measured)));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffResult diff, traces::Diff(predicted, measured, diff_options));
   if (diff.predicted.events.empty() && diff.measured.events.empty()) {
     return Status::InvalidInput(options.rank >= 0 ? fmt::format("--rank {}: neither trace has events of that rank", options.rank)
                                                   : fmt::format("{} and {}: neither trace has events", options.predicted,
                                                                 options.measured));
   }
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteDiffOutputs(predicted, measured, diff, options.out_dir, diff_options));
+  // The three files replace the folder's previous set as one (base/output_dir.h).
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out,
+                              OutputDir::Create(options.out_dir, {{"trace.json", "report.md", "report.json"}, "report.json"}));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      traces::WriteDiffOutputs(predicted, measured, diff, out->StagingPath(""), diff_options));
+  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
   const int64_t p = diff.predicted.step_ns;
   const int64_t m = diff.measured.step_ns;
   std::cout << fmt::format("step: predicted {:.3f} ms, measured {:.3f} ms, difference {:+.3f} ms ({:+.1f}%)\n",
@@ -82,13 +106,16 @@ CommandRunner AddDiffCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top", options->top_n, "Ops listed by contribution to the step-time difference")
       ->capture_default_str();
-  cmd->add_option("--rank", options->rank, "Compare this rank only");
-  cmd->add_option("--step", options->step,
-                  "Compare this step of a multi-step measured trace (default: its median measured step)");
+  CLI::Option* rank = cmd->add_option("--rank", options->rank, "Compare this rank only (>= 0)");
+  CLI::Option* step = cmd->add_option(
+      "--step", options->step, "Compare this step of a multi-step measured trace (default: its median measured step)");
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
   cmd->add_flag("--full", options->full,
                 "report.json lists every critical-path step (default: the --top steps holding the most time)");
-  return [cmd, options]() -> std::optional<Status> {
+  return [cmd, options, rank, step]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
+    options->rank_given = rank->count() > 0;
+    options->step_given = step->count() > 0;
     return RunDiff(*options);
   };
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include <unistd.h>
@@ -23,6 +24,10 @@
 #include "shardscope/sim/report/report.h"
 #include "commands.h"
 #include "inputs.h"
+#include "launcher.h"
+#include "progress.h"
+#include "work_limits.h"
+#include "shardscope/base/output_dir.h"
 #include "shardscope/sim/report/version.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/base/file_io.h"
@@ -37,8 +42,9 @@ int ExitCodeFor(const Status& status) {
   return status.code() == StatusCode::kInvalidInput ? 2 : 1;
 }
 
+// Under mpirun the message is printed once (launcher.h).
 int Fail(const Status& status) {
-  std::cerr << "shardscope: error: " << status.message() << "\n";
+  std::cerr << cli::ErrorLineForThisProcess(status);
   return ExitCodeFor(status);
 }
 
@@ -61,11 +67,27 @@ struct SimulateOptions {
   std::vector<std::string> stragglers;  // RANK:FACTOR
   std::string inject_oom;               // RANK:OP_ID
   bool quiet = false;
+  bool force = false;                   // past the work and trace-size limits (work_limits.h)
 };
 
+// What `simulate -o DIR` writes: replaced as one set (base/output_dir.h).
+const OutputSpec kSimulateOutputs{
+    {"trace.json", "report.json", "flight_recorder_rank*.json", "memory_snapshot_rank*.json",
+     "memory_snapshot_rank*.pickle"},
+    "report.json"};
+
 Status RunSimulate(const SimulateOptions& options) {
-  if (!options.quiet) std::cerr << "shardscope: loading " << options.input << "\n";
-  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input));
+  cli::Progress::Note(options.quiet, fmt::format("loading {}", options.input));
+  // The traced ranks decide what the run holds and writes: LoadInput checks it before lowering.
+  const bool by_default = options.trace_ranks == "default";
+  const auto traced_ranks = [&](int32_t world, int32_t gpus_per_node) -> StatusOr<int64_t> {
+    if (by_default) return static_cast<int64_t>(std::min(world, gpus_per_node));
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<int32_t> ranks, ParseTraceRanks(options.trace_ranks, world));
+    return static_cast<int64_t>(ranks.size());
+  };
+  cli::LoadOptions load = cli::LoadOptions::With(options.force, options.quiet);
+  load.traced_ranks = traced_ranks;
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input, load));
   const traces::Schedule& schedule = loaded.schedule;
   const sim::SimulationSetup& setup = loaded.setup;
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider, sim::MakeCostProvider(schedule, setup));
@@ -75,48 +97,40 @@ Status RunSimulate(const SimulateOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
   for (const auto& [rank, factor] : flag_stragglers) config.rank_slowdown[rank] = factor;
   SHARDSCOPE_ASSIGN_OR_RETURN(config.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
-  if (!options.quiet && isatty(STDERR_FILENO)) {
-    config.progress = [](double fraction) {
-      std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
-    };
-  }
 
   // Everything that can reject the input happens before anything is written.
   std::vector<int32_t> first_ranks;
-  const bool by_default = options.trace_ranks == "default";
   if (by_default) {
     for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
   } else {
     SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(options.out_dir, ec);
-  if (ec) return Status::IoError(fmt::format("cannot create '{}': {}", options.out_dir, ec.message()));
-
+  // Everything goes into a staging folder; the set replaces DIR's only when all is written.
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, kSimulateOutputs));
   traces::TraceInfo info;
   info.world_size = schedule.world_size();
   info.producer = fmt::format("shardscope {} simulate", sim::Version());
-  const std::string trace_path = (std::filesystem::path(options.out_dir) / "trace.json").string();
-  SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(trace_path, info));
+  const std::string trace_path = out->FinalPath("trace.json");
+  SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(out->StagingPath("trace.json"), info));
 
   // The default trace shows the first node, then any rank whose timeline differs from every
   // rank shown; that is only known after a run, so such ranks are traced in a second run
   // (the engine is deterministic, so both runs agree).
-  if (!options.quiet) {
-    std::cerr << fmt::format("shardscope: simulating {} ranks, {} ops per rank\n", schedule.world_size(),
-                             schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size());
-  }
+  cli::Progress progress(fmt::format("simulating {} ranks, {} ops per rank", schedule.world_size(),
+                                     schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size()),
+                         options.quiet);
+  if (!options.quiet) config.progress = [&progress](double fraction) { progress.Update(fraction); };
   sim::TraceRecorder recorder(schedule, first_ranks, *writer);
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(schedule, costs, config, &recorder));
-  if (config.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
+  progress.Done();
   if (by_default) {
     std::vector<int32_t> extra;
     for (int32_t r : sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node)) {
       if (r >= setup.cluster.gpus_per_node) extra.push_back(r);
     }
     if (!extra.empty()) {
-      if (!options.quiet) std::cerr << fmt::format("shardscope: tracing {} rank(s) whose timelines differ\n", extra.size());
+      cli::Progress::Note(options.quiet, fmt::format("tracing {} rank(s) whose timelines differ", extra.size()));
       sim::TraceRecorder extra_recorder(schedule, extra, *writer);
       SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
     }
@@ -135,8 +149,7 @@ Status RunSimulate(const SimulateOptions& options) {
     quiet_config.progress = nullptr;
     SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, quiet_config, &collectives).status());
     for (int32_t rank : dumped) {
-      const std::string path =
-          (std::filesystem::path(options.out_dir) / fmt::format("flight_recorder_rank{}.json", rank)).string();
+      const std::string path = out->StagingPath(fmt::format("flight_recorder_rank{}.json", rank));
       SHARDSCOPE_RETURN_IF_ERROR(
           traces::WriteFileAtomically(path, sim::FlightRecorderJson(schedule, result, rank, &collectives)));
     }
@@ -146,14 +159,12 @@ Status RunSimulate(const SimulateOptions& options) {
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
     const sim::RankMemory& memory = result.ranks[rank].memory;
     if (memory.snapshot.empty() && memory.history.empty()) continue;
-    const std::string path =
-        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.json", rank)).string();
+    const std::string path = out->StagingPath(fmt::format("memory_snapshot_rank{}.json", rank));
     SHARDSCOPE_RETURN_IF_ERROR(
         traces::WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
     // The same as a pickle, for PyTorch's memory_viz.
     SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
-        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.pickle", rank)).string(),
-        sim::MemorySnapshotPickle(memory)));
+        out->StagingPath(fmt::format("memory_snapshot_rank{}.pickle", rank)), sim::MemorySnapshotPickle(memory)));
   }
   // What the divergence costs: one more run with every rank alike (the plan without its
   // divergence section, no stragglers, no injected fault; no trace, no memory history).
@@ -187,9 +198,10 @@ Status RunSimulate(const SimulateOptions& options) {
     divergence->uniform_completed = !baseline.hung && !baseline.oom_agreed;
     divergence->uniform_step_ns = baseline.step_ns;
   }
-  const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
+  const std::string report_path = out->FinalPath("report.json");
   SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
-      report_path, sim::ReportJson(schedule, setup, result, divergence ? &*divergence : nullptr)));
+      out->StagingPath("report.json"), sim::ReportJson(schedule, setup, result, divergence ? &*divergence : nullptr)));
+  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
   std::cout << sim::SummaryText(schedule, setup, result);
   if (divergence) {
     if (result.hung || !divergence->uniform_completed) {
@@ -209,15 +221,15 @@ Status RunSimulate(const SimulateOptions& options) {
 }
 
 // `simulate --compare A B`: both simulated without traces, the summaries side by side.
-Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
+Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force) {
   struct Run {
     cli::LoadedInput loaded;
     sim::SimulationResult result;
   };
   std::vector<Run> runs;
   for (const std::string& input : inputs) {
-    if (!quiet) std::cerr << "shardscope: simulating " << input << "\n";
-    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
+    cli::Progress::Note(quiet, fmt::format("simulating {}", input));
+    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptions::With(force, quiet)));
     SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs,
                                 sim::MakeCostProvider(loaded.schedule, loaded.setup));
     const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule);
@@ -231,8 +243,8 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
   return Status::Ok();
 }
 
-Status RunSchedule(const std::string& input, const std::string& output, bool listing, int32_t rank) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
+Status RunSchedule(const std::string& input, const std::string& output, bool listing, int32_t rank, bool force) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptions::With(force, false)));
   if (listing) {
     if (rank < 0 || rank >= loaded.schedule.world_size()) {
       return Status::InvalidInput(fmt::format("{}: --rank {} is outside the world of {} ranks", input, rank,
@@ -349,7 +361,9 @@ int main(int argc, char** argv) {
                            "The summary says what it costs (one more run without it)");
   simulate_cmd->add_option("--inject-oom", simulate.inject_oom,
                            "RANK:OP_ID: that allocate op fails as an out-of-memory (the fault of `check`; `run` takes the same)");
-  simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages on stderr");
+  simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages or warnings on stderr");
+  simulate_cmd->add_flag("--force", simulate.force,
+                         "Go on past the size limits (a schedule over 8 GiB in memory, a trace.json over 2 GiB)");
 
   std::string schedule_input, schedule_output;
   bool schedule_listing = false;
@@ -364,6 +378,8 @@ int main(int argc, char** argv) {
                          "Write a human-readable listing of one rank's program (ops, streams, waits, "
                          "allocations) instead of the JSON");
   schedule_cmd->add_option("--rank", schedule_rank, "Rank whose program --listing shows")->capture_default_str();
+  bool schedule_force = false;
+  schedule_cmd->add_flag("--force", schedule_force, "Go on past the size limit (a schedule over 8 GiB in memory)");
 
   AllocTraceOptions alloc;
   CLI::App* alloc_replay_cmd = app.add_subcommand(
@@ -412,28 +428,38 @@ int main(int argc, char** argv) {
   }
 
   Status status;
-  if (*simulate_cmd) {
-    if (!compare_inputs.empty()) {
-      status = RunCompare(compare_inputs, simulate.quiet);
-    } else if (simulate.input.empty()) {
-      status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
-    } else {
-      status = RunSimulate(simulate);
+  // Out of memory anywhere below: one message and exit 1, never an abort. The work limits
+  // (work_limits.h) refuse what is known to be too big; this is for what they miss.
+  try {
+    if (*simulate_cmd) {
+      if (!compare_inputs.empty()) {
+        status = RunCompare(compare_inputs, simulate.quiet, simulate.force);
+      } else if (simulate.input.empty()) {
+        status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
+      } else {
+        status = RunSimulate(simulate);
+      }
     }
-  }
-  if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output, schedule_listing, schedule_rank);
-  if (*alloc_replay_cmd) {
-    status = !snapshot_input.empty() ? shardscope::cli::RunAllocReplaySnapshot(snapshot_input, alloc.replay_json,
-                                                                              snapshot_device_bytes)
-             : alloc.replay_input.empty() ? shardscope::Status::InvalidInput("alloc-replay: expected TRACE.json or --snapshot FILE.pickle")
-                                          : RunAllocReplay(alloc);
-  }
-  if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
-  if (std::optional<Status> ran = memory_runner()) status = *ran;
-  if (std::optional<Status> ran = fit_runner()) status = *ran;
-  if (std::optional<Status> ran = check_runner()) status = *ran;
-  for (const auto& runner : more_runners) {
-    if (std::optional<Status> ran = runner()) status = *ran;
+    if (*schedule_cmd) {
+      status = RunSchedule(schedule_input, schedule_output, schedule_listing, schedule_rank, schedule_force);
+    }
+    if (*alloc_replay_cmd) {
+      status = !snapshot_input.empty() ? shardscope::cli::RunAllocReplaySnapshot(snapshot_input, alloc.replay_json,
+                                                                                snapshot_device_bytes)
+               : alloc.replay_input.empty() ? shardscope::Status::InvalidInput("alloc-replay: expected TRACE.json or --snapshot FILE.pickle")
+                                            : RunAllocReplay(alloc);
+    }
+    if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
+    if (std::optional<Status> ran = memory_runner()) status = *ran;
+    if (std::optional<Status> ran = fit_runner()) status = *ran;
+    if (std::optional<Status> ran = check_runner()) status = *ran;
+    for (const auto& runner : more_runners) {
+      if (std::optional<Status> ran = runner()) status = *ran;
+    }
+  } catch (const std::bad_alloc&) {
+    std::cerr << "shardscope: error: out of memory (the input is larger than this machine can hold; a smaller "
+                 "plan, fewer traced ranks, or a machine with more memory)\n";
+    return 1;
   }
   return status.ok() ? 0 : Fail(status);
 }

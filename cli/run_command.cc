@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "launcher.h"
 #include "inputs.h"
 #include "shardscope/profiler/activity.h"
 #include "shardscope/profiler/capture_json.h"
@@ -351,6 +352,7 @@ struct RunCommandOptions {
   bool cuda_graph = false;
   bool profile = false;
   bool quiet = false;
+  bool force = false;
 };
 
 Status RunRun(const RunCommandOptions& options) {
@@ -379,7 +381,8 @@ Status RunRun(const RunCommandOptions& options) {
   }
   // Every rank loads and checks the input the same way, so bad input fails on all of them
   // before any collective.
-  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
+                              LoadInput(options.input, LoadOptions::With(options.force, options.quiet)));
   runtime::RunOptions run;
   run.source = options.input;
   run.out_dir = options.out_dir;
@@ -392,6 +395,8 @@ Status RunRun(const RunCommandOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(run.inject_oom, ParseInjectedOom(options.inject_oom, loaded.schedule));
 
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::MpiSession> mpi, runtime::MpiSession::Init());
+  // From here a rank may fail alone: its errors are its own (launcher.h).
+  MarkRanksDiverged();
   if (mpi->rank() == 0 && !options.quiet) {
     std::cerr << fmt::format("shardscope: running {} on {} process(es), {} backend\n", options.input,
                              mpi->world_size(), options.backend);
@@ -523,6 +528,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
   cmd->add_option("--device-memory-gb", options->device_memory_gb,
                   "Allocator capacity per rank in GiB (default: the schedule's GPU memory minus the CUDA context)");
   cmd->add_flag("-q,--quiet", options->quiet, "No progress messages on stderr");
+  cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunRun(*options);

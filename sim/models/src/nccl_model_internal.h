@@ -4,6 +4,7 @@
 #ifndef SHARDSCOPE_SIM_MODELS_NCCL_MODEL_INTERNAL_H_
 #define SHARDSCOPE_SIM_MODELS_NCCL_MODEL_INTERNAL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -48,7 +49,12 @@ inline bool IsPointToPoint(traces::CollectiveType type) {
   return type == traces::CollectiveType::kAllToAll || type == traces::CollectiveType::kSend ||
          type == traces::CollectiveType::kRecv;
 }
-inline int64_t CeilNs(double ns) { return static_cast<int64_t>(std::ceil(ns)); }
+// Clamped to the simulator's horizon (traces::kMaxSimulatedNs), so the conversion is defined
+// for any size and bandwidth; a collective that long stops the run with the engine's error.
+inline int64_t CeilNs(double ns) {
+  if (!(ns > 0)) return 0;
+  return static_cast<int64_t>(std::ceil(std::min(ns, static_cast<double>(traces::kMaxSimulatedNs))));
+}
 inline int IntraHw(const CommTopology& t) { return t.fabric == IntraNodeFabric::kPcie ? kHwPci : kHwNvlink; }
 
 inline CollectiveCost Unavailable(NcclAlgorithm algorithm, NcclProtocol protocol) {

@@ -214,6 +214,8 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   if (const Entry* e = top.Find("allocator")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadAllocator(*e, plan.cluster.world_size(), &plan.memory));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(CheckDeviceCapacity(*top.Find("cluster"), top.Find("allocator"), plan));
+  if (const Entry* e = top.Find("expect")) SHARDSCOPE_RETURN_IF_ERROR(ReadExpect(*e, plan.cluster.world_size()));
   // After fsdp1: the policy is Composer's, on torch FSDP1.
   if (const Entry* e = top.Find("oom")) SHARDSCOPE_RETURN_IF_ERROR(ReadOom(*e, plan, &plan.oom));
 

@@ -88,12 +88,12 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
   double value = 0;
   if (const Entry* e = fields.Find("intra_node_bandwidth_gbps")) {
     SHARDSCOPE_RETURN_IF_ERROR(
-        ReadNumber(*e, "cluster.intra_node_bandwidth_gbps", 0, true, kMaxBandwidthGbps, &value));
+        ReadNumber(*e, "cluster.intra_node_bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps, &value));
     spec.intra_node_bandwidth = value * kBytesPerGbps;
   }
   if (const Entry* e = fields.Find("inter_node_bandwidth_gbps")) {
     SHARDSCOPE_RETURN_IF_ERROR(
-        ReadNumber(*e, "cluster.inter_node_bandwidth_gbps", 0, true, kMaxBandwidthGbps, &value));
+        ReadNumber(*e, "cluster.inter_node_bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps, &value));
     spec.inter_node_bandwidth = value * kBytesPerGbps;
   }
   if (const Entry* e = fields.Find("gpu_memory_gb")) {

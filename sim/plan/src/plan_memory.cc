@@ -3,6 +3,7 @@
 // catch_and_sync).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -51,6 +52,52 @@ Status PlanParser::ReadAllocator(const Entry& entry, int32_t world_size, MemoryP
     }
   }
   return Status::Ok();
+}
+
+Status PlanParser::CheckDeviceCapacity(const Entry& cluster, const Entry* allocator, const Plan& plan) const {
+  const GpuSpec& gpu = plan.cluster.gpu;
+  // The rank with the least left: a per-rank figure replaces the global one for its rank
+  // (sim/simulate AllocatorCapacity), so the worst is the largest figure that applies.
+  int64_t others = 0;
+  int32_t worst_rank = -1;  // -1: the global figure
+  const auto& per_rank = plan.memory.reserved_by_others_per_rank;
+  if (static_cast<int64_t>(per_rank.size()) < plan.cluster.world_size()) {
+    others = plan.memory.reserved_by_others_bytes;
+  }
+  for (const auto& [rank, bytes] : per_rank) {
+    if (bytes > others) {
+      others = bytes;
+      worst_rank = rank;
+    }
+  }
+  // The simulator's capacity: memory less the CUDA context and other processes' memory. Each
+  // term is below 2^51 (the plan's limits), so nothing overflows.
+  const int64_t left = gpu.hbm_bytes - gpu.cuda_context_bytes - others;
+  if (left > 0) return Status::Ok();
+  const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / kBytesPerMemoryGb; };
+  const std::string held =
+      others > 0 ? fmt::format(" less {:.3f} GiB held by other processes{}", gib(others),
+                               worst_rank >= 0 ? fmt::format(" on rank {}", worst_rank) : std::string())
+                 : std::string();
+  const std::string got =
+      fmt::format("{:.3f} GiB of GPU memory less {:.3f} GiB of CUDA context and NCCL buffers{} = {:.3f} GiB",
+                  gib(gpu.hbm_bytes), gib(gpu.cuda_context_bytes), held, gib(left));
+  const std::string expected = "memory left for the caching allocator on every rank";
+  if (others > 0 && allocator != nullptr) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, ReadMapping(allocator->value, MarkOf(*allocator), "allocator", kAllocatorKeys));
+    const std::string key = worst_rank >= 0 ? "memory_reserved_by_others_gb_per_rank" : "memory_reserved_by_others_gb";
+    if (const Entry* e = fields.Find(key)) {
+      return Error(MarkOf(*e), "allocator." + key, fmt::format("{} (with cluster.gpu_memory_gb)", expected), got);
+    }
+  }
+  if (cluster.value.IsMap()) {
+    for (const auto& pair : cluster.value) {
+      if (pair.first.IsScalar() && pair.first.Scalar() == "gpu_memory_gb") {
+        return Error(pair.second.Mark(), "cluster.gpu_memory_gb", expected, got);
+      }
+    }
+  }
+  return Error(MarkOf(cluster), "cluster", expected, got);
 }
 
 Status PlanParser::ReadOom(const Entry& entry, const Plan& plan, OomConfig* out) const {

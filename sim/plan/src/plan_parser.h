@@ -234,6 +234,12 @@ class PlanParser {
   Status ReadHostField(const Fields& fields, std::string_view key, int64_t* out_ns) const;
   Status ReadAllocator(const Entry& entry, int32_t world_size, MemoryPlan* out) const;
   Status ReadOom(const Entry& entry, const Plan& plan, OomConfig* out) const;
+  // Refuses a plan whose GPU leaves the allocator nothing on some rank (memory less the CUDA
+  // context and what other processes hold), naming the keys: it could only run out of memory
+  // at its first allocation. `allocator` may be null (no allocator section).
+  // The top-level expect: section (plan_expect.cc): checked, not kept.
+  Status ReadExpect(const Entry& entry, int32_t world_size) const;
+  Status CheckDeviceCapacity(const Entry& cluster, const Entry* allocator, const Plan& plan) const;
 
   // ---- the document (plan.cc) and its divergence (plan_divergence.cc) ----
   // The plan of an already loaded YAML document (Parse minus the text checks).

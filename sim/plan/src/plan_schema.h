@@ -37,6 +37,9 @@ inline constexpr double kMaxParameters = 1125899906842624.0;  // 2^50
 // Activation elements of one micro-batch: tokens x (layers x (hidden + ffn x top-k) + vocab).
 inline constexpr double kMaxActivationElements = 1125899906842624.0;  // 2^50
 inline constexpr double kMaxBandwidthGbps = 1e5;                      // GB/s per GPU (100 TB/s)
+// 0.1 GB/s: below 1 Gb/s Ethernet (125 MB/s), the slowest link a GPU job could cross; the
+// schedule metadata's lower bound too (sim/lowering/src/schedule_metadata.cc).
+inline constexpr double kMinBandwidthGbps = 0.1;
 inline constexpr double kMaxGpuMemoryGb = 1e5;                        // 100 TB
 inline constexpr double kMaxSlowdown = 100;
 inline constexpr double kMaxHostOverheadUs = 1e6;  // one second
@@ -69,9 +72,17 @@ inline constexpr double kNsPerUs = 1e3;
 using KeyList = std::span<const std::string_view>;
 
 // clang-format off
-inline constexpr std::array<std::string_view, 14> kTopKeys = {
+inline constexpr std::array<std::string_view, 15> kTopKeys = {
     "model", "cluster", "strategy", "training", "fsdp2", "fsdp1", "zero", "ddp", "moe",
-    "checkpoint", "host", "allocator", "oom", "divergence"};
+    "checkpoint", "host", "allocator", "oom", "divergence", "expect"};
+// expect: what a plan's author says the simulation shows (tests/cli/examples_test.sh checks
+// every example against it); the loader checks the spelling and otherwise ignores it.
+inline constexpr std::array<std::string_view, 3> kExpectKeys = {"outcome", "cause", "oom_ranks"};
+inline constexpr std::array<std::string_view, 4> kExpectOutcomes = {"completes", "hangs", "oom_agreed",
+                                                                     "out_of_memory"};
+// The root-cause kinds of a hang report (sim/hangs hang_render.cc CauseKindName).
+inline constexpr std::array<std::string_view, 5> kExpectCauses = {"mismatch", "cycle", "never_issued",
+                                                                   "out_of_memory", "other"};
 inline constexpr std::array<std::string_view, 4> kDivergenceKeys = {"slowdown", "seq_len", "moe_load",
                                                              "overrides"};
 // What an override may change: the workload, the host costs, the OOM handling and the

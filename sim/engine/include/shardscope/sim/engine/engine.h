@@ -122,7 +122,8 @@ struct EngineConfig {
   bool oom_catch_and_sync = false;
   // Faults (both cost nothing when unset):
   std::optional<InjectedOom> inject_oom;
-  // rank -> factor >= 1: that rank's kernels and memcpys take factor x their cost (a
+  // rank -> factor in [1, kMaxRankSlowdownFactor] (cost_provider.h): that rank's kernels and
+  // memcpys take factor x their cost (a
   // straggler: thermal throttling, a slow host, a noisy neighbour). Collectives run at their
   // own speed; peers only wait for the straggler to arrive.
   std::map<int32_t, double> rank_slowdown;

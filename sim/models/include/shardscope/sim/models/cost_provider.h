@@ -38,6 +38,11 @@ struct HostConfig {
   int64_t cuda_free_ns = 0;         // host time of one cudaFree (releasing a cached segment)
 };
 
+// The largest straggler factor (EngineConfig::rank_slowdown, `--straggler`, the plan's
+// divergence.slowdown, schedule metadata): a rank 1,000 times slower is already a stopped one
+// (the plan's kMaxRankSlowdown, sim/plan/src/plan_schema.h).
+inline constexpr double kMaxRankSlowdownFactor = 1000;
+
 // How concurrent compute and communication kernels slow each other down on one GPU.
 struct ContentionConfig {
   double compute_slowdown = 0;      // compute runs at 1/(1+x) while a collective runs
