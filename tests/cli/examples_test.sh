@@ -57,7 +57,7 @@ while IFS= read -r plan; do
   fi
   # An example that states its predicted step ("predicted step 1945.0 ms") must still predict it
   # (to the tenth of a ms it is written with), so the figures in the comments cannot go stale.
-  stated=$(grep -o 'predicted step [0-9.]* ms' <<< "$first" | head -1 | grep -o '[0-9.]*' || true)
+  stated=$(head -1 "$plan" | grep -o 'predicted step [0-9.]* ms' | head -1 | grep -o '[0-9.]*' || true)
   if [ -n "$stated" ]; then
     step_ns=$(grep -o '"step_time_ns": [0-9]*' "$work/sim/report.json" | grep -o '[0-9]*$')
     predicted=$(awk -v ns="$step_ns" 'BEGIN { printf "%.1f", ns / 1e6 }')

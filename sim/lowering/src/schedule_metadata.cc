@@ -321,7 +321,7 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     SHARDSCOPE_RETURN_IF_ERROR(md.InRange(key, value, kMinBandwidth, kMaxBandwidth, zero_means));
   }
   SHARDSCOPE_RETURN_IF_ERROR(bytes_key("gpu.hbm_bytes", static_cast<double>(g.hbm_bytes)));
-  SHARDSCOPE_RETURN_IF_ERROR(bytes_key("gpu.cuda_context_bytes", static_cast<double>(g.cuda_context_bytes)));
+  SHARDSCOPE_RETURN_IF_ERROR(bytes_key("gpu.usable_bytes", static_cast<double>(g.usable_bytes)));
   SHARDSCOPE_RETURN_IF_ERROR(md.InRange("gpu.sm_count", g.sm_count, 1, static_cast<double>(kMaxSmOrNicCount)));
   SHARDSCOPE_RETURN_IF_ERROR(md.InRange("cluster.nics_per_node", c.nics_per_node, 0, static_cast<double>(kMaxSmOrNicCount)));
   if (c.nodes < 1 || c.gpus_per_node < 1 || c.nodes > kMaxClusterGpus || c.gpus_per_node > kMaxClusterGpus ||

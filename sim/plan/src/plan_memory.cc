@@ -10,6 +10,7 @@
 
 #include "plan_parser.h"
 #include "shardscope/sim/models/caching_allocator.h"
+#include "shardscope/sim/presets/cuda_runtime.h"
 
 namespace shardscope::sim::plan_internal {
 
@@ -70,9 +71,15 @@ Status PlanParser::CheckDeviceCapacity(const Entry& cluster, const Entry* alloca
       worst_rank = rank;
     }
   }
-  // The simulator's capacity: memory less the CUDA context and other processes' memory. Each
-  // term is below 2^51 (the plan's limits), so nothing overflows.
-  const int64_t left = gpu.hbm_bytes - gpu.cuda_context_bytes - others;
+  // The simulator's capacity (sim/simulate AllocatorCapacity): usable memory less the CUDA
+  // context of the plan's CUDA release and other processes' memory. NCCL's buffers depend on
+  // the communicators the lowering makes, so they are left to the simulation: this check is
+  // an upper bound of what the allocator gets. Each term is below 2^51 (the plan's limits),
+  // so nothing overflows.
+  const PytorchVersion pytorch{plan.training.pytorch_major, plan.training.pytorch_minor};
+  const CudaVersion cuda{plan.training.cuda_major, plan.training.cuda_minor};
+  const int64_t context = CudaContextBytes(gpu.arch, cuda, LazyModuleLoading(pytorch, cuda));
+  const int64_t left = gpu.usable_bytes - context - others;
   if (left > 0) return Status::Ok();
   const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / kBytesPerMemoryGb; };
   const std::string held =
@@ -80,8 +87,8 @@ Status PlanParser::CheckDeviceCapacity(const Entry& cluster, const Entry* alloca
                                worst_rank >= 0 ? fmt::format(" on rank {}", worst_rank) : std::string())
                  : std::string();
   const std::string got =
-      fmt::format("{:.3f} GiB of GPU memory less {:.3f} GiB of CUDA context and NCCL buffers{} = {:.3f} GiB",
-                  gib(gpu.hbm_bytes), gib(gpu.cuda_context_bytes), held, gib(left));
+      fmt::format("{:.3f} GiB of GPU memory less {:.3f} GiB of CUDA context (CUDA {}.{}){} = {:.3f} GiB",
+                  gib(gpu.usable_bytes), gib(context), cuda.major, cuda.minor, held, gib(left));
   const std::string expected = "memory left for the caching allocator on every rank";
   if (others > 0 && allocator != nullptr) {
     SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, ReadMapping(allocator->value, MarkOf(*allocator), "allocator", kAllocatorKeys));
