@@ -28,7 +28,7 @@ struct WhatRow {
   std::string_view name;
   std::string_view text;
 };
-constexpr std::array<WhatRow, 17> kWhat = {{
+constexpr std::array<WhatRow, 19> kWhat = {{
     {InitWhat::kModelToGpu, "model_to_gpu", "the whole model moved to the GPU (model.to(device))"},
     {InitWhat::kModelBuiltOnGpu, "model_built_on_gpu", "the whole model built on the GPU (training.init.device: cuda)"},
     {InitWhat::kModelHalf, "model_half",
@@ -47,21 +47,28 @@ constexpr std::array<WhatRow, 17> kWhat = {{
      "ZeRO-3 copies the partitions into contiguous buffers (_create_fp16_partitions_with_defragmentation)"},
     {InitWhat::kFlatParams, "flat_params",
      "ZeRO-1/2 flattens the 16-bit parameters, moved to the CPU first (stage_1_and_2.py __init__)"},
-    {InitWhat::kFp32Master, "fp32_master", "ZeRO's fp32 master partition (.clone().float())"},
+    {InitWhat::kFp32Master, "fp32_master", "ZeRO's fp32 master partition (.clone().float(): a 16-bit clone, then the cast)"},
     {InitWhat::kGradPartition, "grad_partition",
      "ZeRO's zero fp32 gradient partition for the optimizer's first step (initialize_optimizer_states)"},
     {InitWhat::kOptimizerStates, "optimizer_states", "Adam's exp_avg and exp_avg_sq (initialize_optimizer_states)"},
     {InitWhat::kRelease, "release", "tensors freed"},
+    {InitWhat::kBarrier, "barrier",
+     "ZeRO-3's dist.barrier() on the world group before flattening (its NCCL communicator created)"},
+    {InitWhat::kHookGather, "hook_gather",
+     "ZeRO-3 gathers each parameter to register its gradient hook, then partitions it "
+     "(create_reduce_and_remove_grad_hooks)"},
 }};
 
-InitOp AllocEach(std::string group, int32_t bytes, int32_t divide, InitWhat what) {
-  return {InitOpKind::kAllocEach, std::move(group), bytes, divide, 1, 0, "", what};
+InitOp AllocEach(std::string group, int32_t bytes, int32_t divide, InitWhat what, int32_t multiply = 1) {
+  return {InitOpKind::kAllocEach, std::move(group), bytes, divide, multiply, 0, "", what};
 }
 InitOp AllocFlat(std::string group, int32_t bytes, int32_t divide, int32_t multiply, InitWhat what) {
   return {InitOpKind::kAllocFlat, std::move(group), bytes, divide, multiply, 0, "", what};
 }
 InitOp Free(std::string group) { return {InitOpKind::kFree, std::move(group), 0, 1, 1, 0, "", InitWhat::kRelease}; }
-InitOp Collective(std::string slot) { return {InitOpKind::kCollective, "", 0, 1, 1, 0, std::move(slot), InitWhat::kBroadcast}; }
+InitOp Collective(std::string slot, InitWhat what = InitWhat::kBroadcast) {
+  return {InitOpKind::kCollective, "", 0, 1, 1, 0, std::move(slot), what};
+}
 
 int32_t DtypeBytes(traces::DType dtype) { return static_cast<int32_t>(traces::DTypeSize(dtype)); }
 
@@ -146,10 +153,23 @@ void Fsdp2(const Plan& plan, InitProgram& p) {
 // With zero.Init (stage 3) each module's parameters are built on the GPU, broadcast from rank 0
 // and partitioned as the module is constructed (partition_parameters.py
 // Init._post_init_method), one unit at a time here.
+//
+// zero.legacy_per_parameter_path is the 2021 code (microsoft/DeepSpeed stage3.py at 70adb32a,
+// FP16_DeepSpeedZeroOptimizer_Stage3, DeepSpeed 0.3.x / 0.4.x), which differs in two places:
+// the engine's data-parallel group is a communicator of its own, and every parameter is
+// gathered once more to register its gradient hook (below).
 void DeepSpeed(const Plan& plan, InitProgram& p) {
   const int32_t w = plan.cluster.world_size();
   const int32_t low = DtypeBytes(plan.training.dtype);  // fp16 / bf16, or fp32 training
   const bool stage3 = plan.strategy == Strategy::kZero3;
+  const bool legacy3 = stage3 && plan.zero.legacy_per_parameter_path;
+  // engine.py _configure_distributed_model, without an mpu: data_parallel_group =
+  // zero/utils.py _initialize_parameter_parallel_groups() -> torch.distributed.new_group(every
+  // rank), a process group apart from WORLD with its own NCCL communicator, which
+  // _broadcast_model uses. The 2021 ZeRO-3 partitions and gathers over Init's group, WORLD
+  // (partition_parameters.py Init: data_parallel_group None -> torch.distributed.group.WORLD);
+  // lowering_zero3.cc puts the step's collectives on the two slots the same way.
+  const char* const engine_slot = legacy3 ? kCommEngineDp : kCommWorld;
   p.framework = stage3 ? "DeepSpeed ZeRO-3" : plan.strategy == Strategy::kZero2 ? "DeepSpeed ZeRO-2" : "DeepSpeed ZeRO-1";
   if (stage3 && plan.zero.zero_init) {
     p.framework += " with zero.Init";
@@ -166,7 +186,7 @@ void DeepSpeed(const Plan& plan, InitProgram& p) {
                                             InitDeviceOf(plan) == InitDevice::kCuda ? InitWhat::kModelBuiltOnGpu
                                                                                     : InitWhat::kModelHalf)}});
     }
-    p.phases.push_back({false, {Collective(kCommWorld)}});
+    p.phases.push_back({false, {Collective(engine_slot)}});
     if (stage3) {
       // stage3.py DeepSpeedZeroOptimizer_Stage3.__init__ -> DeepSpeedZeRoOffload ->
       // _convert_to_zero_parameters / Init(module=module): param.partition() per parameter keeps
@@ -175,23 +195,55 @@ void DeepSpeed(const Plan& plan, InitProgram& p) {
     }
   }
   if (stage3) {
-    // _create_fp16_partitions_with_defragmentation: the partitions copied into one flat buffer
-    // per group, the per-parameter partitions freed.
-    p.phases.push_back({false, {AllocFlat("flat16", low, w, 1, InitWhat::kFlatPartitions), Free("partition")}});
+    // _create_fp16_partitions_with_defragmentation: the partitions leave the GPU before the flat
+    // buffer is made — 2021: move_to_cpu(partitions), then flatten_dense_tensors_aligned on the
+    // CPU and .cuda(); today: defragment() copies them into a CPU buffer and empties them, then
+    // cpu_buffer.to(device). The 2021 code first calls dist.barrier() on WORLD, the first
+    // collective there, which creates its communicator.
+    std::vector<InitOp> flat;
+    if (legacy3) flat.push_back(Collective(kCommWorld, InitWhat::kBarrier));
+    flat.push_back(Free("partition"));
+    flat.push_back(AllocFlat("flat16", low, w, 1, InitWhat::kFlatPartitions));
+    p.phases.push_back({false, std::move(flat)});
   } else {
     // stage_1_and_2.py DeepSpeedZeroOptimizer.__init__: "move all the parameters to cpu to free up
     // GPU space for creating flat buffer", flatten_dense_tensors_aligned (padded to a multiple
     // of the world size) moved back to the GPU; the parameters become views into it.
     p.phases.push_back({false, {Free("module16"), AllocFlat("flat16", low, w, w, InitWhat::kFlatParams)}});
   }
-  // The fp32 master partition (single_partition_of_fp32_groups / fp32_partitioned_groups_flat:
-  // .clone().float()), then initialize_optimizer_states: a zero fp32 gradient partition, one
+  // The fp32 master partition: bit16_partition.to(device).clone().float().detach() (stage3.py
+  // _create_fp32_partitions; stage_1_and_2.py __init__, single_partition_of_fp32_groups, and the
+  // 2021 stage2.py the same): .clone() makes a 16-bit copy of the partition, .float() the fp32
+  // one, and the clone dies with the expression (with fp32 training .float() returns the clone
+  // itself: one tensor). Then initialize_optimizer_states: a zero fp32 gradient partition, one
   // optimizer step creating exp_avg and exp_avg_sq, the gradient freed.
-  p.phases.push_back({false,
-                      {AllocFlat("fp32_master", kFp32Bytes, w, 1, InitWhat::kFp32Master),
-                       AllocFlat("fp32_grad", kFp32Bytes, w, 1, InitWhat::kGradPartition),
-                       AllocFlat("exp_avg", kFp32Bytes, w, 1, InitWhat::kOptimizerStates),
-                       AllocFlat("exp_avg_sq", kFp32Bytes, w, 1, InitWhat::kOptimizerStates), Free("fp32_grad")}});
+  std::vector<InitOp> states;
+  if (low != kFp32Bytes) states.push_back(AllocFlat("fp32_master.clone", low, w, 1, InitWhat::kFp32Master));
+  states.push_back(AllocFlat("fp32_master", kFp32Bytes, w, 1, InitWhat::kFp32Master));
+  if (low != kFp32Bytes) states.push_back(Free("fp32_master.clone"));
+  states.push_back(AllocFlat("fp32_grad", kFp32Bytes, w, 1, InitWhat::kGradPartition));
+  states.push_back(AllocFlat("exp_avg", kFp32Bytes, w, 1, InitWhat::kOptimizerStates));
+  states.push_back(AllocFlat("exp_avg_sq", kFp32Bytes, w, 1, InitWhat::kOptimizerStates));
+  states.push_back(Free("fp32_grad"));
+  p.phases.push_back({false, std::move(states)});
+  if (legacy3) {
+    // 2021 create_reduce_and_remove_grad_hooks, per parameter: param.all_gather() ("The hook must
+    // be created in un-partitioned parameter") -> partition_parameters.py _allgather_params([param]):
+    // a flat buffer of ceil(numel / W) x W elements; torch.distributed.all_gather into its W
+    // slices, for which ProcessGroupNCCL::allgather flattens the output list into a buffer of
+    // the same size (flatten_for_scatter_gather), freed when the call returns; the parameter a
+    // new tensor of its own shape copied out of the flat one, which dies on return. Then
+    // param.partition() drops the gathered tensor again.
+    InitPhase hooks;
+    hooks.per_param = true;
+    hooks.ops = {AllocEach("hook_gather.flat", low, w, InitWhat::kHookGather, w),
+                 AllocEach("hook_gather.nccl_flat", low, w, InitWhat::kHookGather, w),
+                 Free("hook_gather.nccl_flat"),
+                 AllocEach("hook_gather.param", low, 1, InitWhat::kHookGather),
+                 Free("hook_gather.flat"),
+                 Free("hook_gather.param")};
+    p.phases.push_back(std::move(hooks));
+  }
 }
 
 std::string_view KindName(InitOpKind kind) {
@@ -203,6 +255,8 @@ std::string_view KindName(InitOpKind kind) {
   }
   return "free";
 }
+
+std::string_view ScopeName(const InitPhase& phase) { return phase.per_param ? "param" : phase.per_unit ? "unit" : "all"; }
 
 // "30*n1,n2;1*n3": consecutive equal units run-length encoded.
 std::string EncodeUnits(const std::vector<std::vector<int64_t>>& units) {
@@ -279,7 +333,7 @@ void WriteInitProgram(const InitProgram& program, std::map<std::string, std::str
                                 op.slot.empty() ? "-" : op.slot, InitWhatName(op.what)));
     }
     m[fmt::format("init.phase.{}", i)] =
-        fmt::format("{}:{}", program.phases[i].per_unit ? "unit" : "all", fmt::join(ops, ";"));
+        fmt::format("{}:{}", ScopeName(program.phases[i]), fmt::join(ops, ";"));
   }
 }
 
@@ -318,15 +372,16 @@ StatusOr<InitProgram> ReadInitProgram(const std::map<std::string, std::string>& 
   }
   for (int64_t i = 0; i < phases; ++i) {
     const std::string key = fmt::format("init.phase.{}", i);
-    const std::string expected = "'unit:' or 'all:' then ops 'kind group bytes divide multiply cap slot what'";
+    const std::string expected = "'unit:', 'param:' or 'all:' then ops 'kind group bytes divide multiply cap slot what'";
     auto p = m.find(key);
     if (p == m.end()) return bad(key, expected);
     const size_t colon = p->second.find(':');
     if (colon == std::string::npos) return bad(key, expected);
     InitPhase phase;
     const std::string scope = p->second.substr(0, colon);
-    if (scope != "unit" && scope != "all") return bad(key, expected);
+    if (scope != "unit" && scope != "param" && scope != "all") return bad(key, expected);
     phase.per_unit = scope == "unit";
+    phase.per_param = scope == "param";
     for (const std::string& text : Split(p->second.substr(colon + 1), ';')) {
       std::istringstream in(text);
       std::string kind, group, slot, what;

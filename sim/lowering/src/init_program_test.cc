@@ -49,6 +49,21 @@ TEST(InitProgramTest, DeepSpeedStage3MaterializesThenPartitions) {
   EXPECT_TRUE(p.phases[2].per_unit);
   EXPECT_EQ(p.phases[2].ops[0].what, InitWhat::kPartition);
   EXPECT_EQ(p.phases[2].ops[0].divide, 8);  // 8 ranks
+  // defragment(): the partitions leave the GPU before the flat buffer is allocated.
+  ASSERT_EQ(p.phases[3].ops.size(), 2u);
+  EXPECT_EQ(p.phases[3].ops[0].kind, InitOpKind::kFree);
+  EXPECT_EQ(p.phases[3].ops[0].group, "partition");
+  EXPECT_EQ(p.phases[3].ops[1].what, InitWhat::kFlatPartitions);
+  // .clone().float(): the bf16 clone (2 B, 1/8 of the model), the fp32 master (4 B), the
+  // clone freed; then initialize_optimizer_states.
+  ASSERT_EQ(p.phases[4].ops.size(), 7u);
+  EXPECT_EQ(p.phases[4].ops[0].group, "fp32_master.clone");
+  EXPECT_EQ(p.phases[4].ops[0].element_bytes, 2);
+  EXPECT_EQ(p.phases[4].ops[0].divide, 8);
+  EXPECT_EQ(p.phases[4].ops[1].group, "fp32_master");
+  EXPECT_EQ(p.phases[4].ops[1].element_bytes, 4);
+  EXPECT_EQ(p.phases[4].ops[2].kind, InitOpKind::kFree);
+  EXPECT_EQ(p.phases[4].ops[2].group, "fp32_master.clone");
   EXPECT_EQ(p.phases[4].ops.back().kind, InitOpKind::kFree);  // the fp32 gradient partition
 
   const InitProgram z = InitProgramOf(MustParsePlan(ToyPlan("zero3", "zero: {zero_init: true}\n")));
@@ -56,6 +71,57 @@ TEST(InitProgramTest, DeepSpeedStage3MaterializesThenPartitions) {
   ASSERT_FALSE(z.phases.empty());
   EXPECT_TRUE(z.phases[0].per_unit);  // the full model never exists at once
   EXPECT_EQ(z.phases[0].ops[0].what, InitWhat::kZeroInitParam);
+}
+
+// The 2021 ZeRO-3 (zero.legacy_per_parameter_path): _broadcast_model on the engine's own
+// group, dist.barrier() on WORLD before flattening, and after the optimizer states one
+// gather per parameter for its gradient hook: a flat buffer and ProcessGroupNCCL's flat output
+// (ceil(numel / 8) x 8 elements each), then the parameter itself, all freed before the next.
+TEST(InitProgramTest, DeepSpeedStage3Of2021) {
+  const InitProgram p =
+      InitProgramOf(MustParsePlan(ToyPlan("zero3", "zero: {legacy_per_parameter_path: true}\n")));
+  ASSERT_EQ(p.phases.size(), 6u);
+  EXPECT_EQ(p.phases[1].ops[0].slot, "dp_engine");
+  ASSERT_EQ(p.phases[3].ops.size(), 3u);
+  EXPECT_EQ(p.phases[3].ops[0].kind, InitOpKind::kCollective);
+  EXPECT_EQ(p.phases[3].ops[0].slot, "dp");
+  EXPECT_EQ(p.phases[3].ops[0].what, InitWhat::kBarrier);
+  const InitPhase& hooks = p.phases[5];
+  EXPECT_TRUE(hooks.per_param);
+  ASSERT_EQ(hooks.ops.size(), 6u);
+  for (size_t i : {0u, 1u}) {
+    EXPECT_EQ(hooks.ops[i].kind, InitOpKind::kAllocEach);
+    EXPECT_EQ(hooks.ops[i].divide, 8);
+    EXPECT_EQ(hooks.ops[i].multiply, 8);
+    EXPECT_EQ(hooks.ops[i].element_bytes, 2);
+    EXPECT_EQ(hooks.ops[i].what, InitWhat::kHookGather);
+  }
+  EXPECT_EQ(hooks.ops[2].group, "hook_gather.nccl_flat");  // freed when all_gather returns
+  EXPECT_EQ(hooks.ops[3].divide, 1);                       // the parameter, unpadded
+  EXPECT_EQ(hooks.ops[5].kind, InitOpKind::kFree);
+  // fp32 training: .float() of the fp32 clone is the clone, one tensor.
+  const InitProgram fp32 = InitProgramOf(MustParsePlan(
+      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}\n"
+      "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: zero3\ntraining: {seq_len: 128, dtype: fp32}\n"));
+  ASSERT_EQ(fp32.phases.size(), 5u);
+  EXPECT_EQ(fp32.phases[4].ops[0].group, "fp32_master");
+  EXPECT_EQ(fp32.phases[4].ops.size(), 5u);
+}
+
+TEST(InitProgramTest, PerParameterPhaseRoundTrips) {
+  const InitProgram p =
+      InitProgramOf(MustParsePlan(ToyPlan("zero3", "zero: {legacy_per_parameter_path: true}\n")));
+  std::map<std::string, std::string> m;
+  WriteInitProgram(p, m);
+  EXPECT_EQ(m["init.phase.5"].rfind("param:", 0), 0u);
+  StatusOr<InitProgram> back = ReadInitProgram(m, "<test>");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->phases.size(), p.phases.size());
+  EXPECT_TRUE(back->phases[5].per_param);
+  EXPECT_FALSE(back->phases[5].per_unit);
+  EXPECT_FALSE(back->phases[4].per_param);
+  EXPECT_EQ(back->phases[5].ops.size(), p.phases[5].ops.size());
+  EXPECT_EQ(back->phases[3].ops[0].what, InitWhat::kBarrier);
 }
 
 TEST(InitProgramTest, Fsdp2OnMetaAllocatesOnlyShards) {
@@ -94,6 +160,7 @@ TEST(InitProgramTest, MetadataRoundTrip) {
   ASSERT_EQ(back->phases.size(), p.phases.size());
   for (size_t i = 0; i < p.phases.size(); ++i) {
     EXPECT_EQ(back->phases[i].per_unit, p.phases[i].per_unit);
+    EXPECT_EQ(back->phases[i].per_param, p.phases[i].per_param);
     ASSERT_EQ(back->phases[i].ops.size(), p.phases[i].ops.size());
     for (size_t j = 0; j < p.phases[i].ops.size(); ++j) {
       const InitOp& a = p.phases[i].ops[j];

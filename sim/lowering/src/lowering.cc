@@ -149,6 +149,7 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
   // The groups a slot name stands for, built only for the slots some program uses.
   const auto groups_of = [&](const std::string& slot) -> std::optional<GroupKind> {
     if (slot == kCommWorld) return Consecutive(kCommWorld, world, world);
+    if (slot == kCommEngineDp) return Consecutive(kCommEngineDp, world, world);
     if (slot == kCommShard) return Consecutive(kCommShard, world, mesh.shard);
     if (slot == kCommReplicate) return Strided(kCommReplicate, world, mesh.shard);
     if (slot == kCommExpert) return Consecutive(kCommExpert, world, ep);

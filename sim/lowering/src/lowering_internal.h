@@ -55,6 +55,11 @@ inline constexpr char kCommExpertData[] = "ep_dp";     // ranks holding the same
 // FSDP2 reshard_after_forward=k: the consecutive groups of k ranks inside a shard group that
 // hold the post-forward slice (the backward all-gather runs over this group).
 inline constexpr char kCommPostForward[] = "dp_post_forward";
+// DeepSpeed's engine data-parallel group: every rank again, but a process group of its own
+// (engine.py _configure_distributed_model -> zero/utils.py _initialize_parameter_parallel_groups
+// -> torch.distributed.new_group), so its own NCCL communicator. Only the 2021 ZeRO-3 lowering
+// (zero.legacy_per_parameter_path) tells it apart from WORLD's kCommWorld.
+inline constexpr char kCommEngineDp[] = "dp_engine";
 
 // The programs a strategy produces; rank r runs programs[program_of_rank[r]] (all run
 // program 0 when program_of_rank is empty).

@@ -201,6 +201,16 @@ void Zero3Lowering::LegacyReduceIpgGrads(int32_t micro_batch) {
 void Zero3Lowering::LegacyPartitionPreviousGrads(int32_t micro_batch) {
   if (legacy_previous_bucket_.empty()) return;
   const int64_t es = ElementBytes();
+  if (!grad_partition_alive_) {
+    // "if allocate_grads_in_partition": grads_in_partition = torch.zeros(Σ ds_tensor.ds_numel,
+    // dtype) on the current stream, the reduction stream of reduce_ipg_grads' `with
+    // torch.cuda.stream(self.reduction_stream)`; the first reduced bucket of a step allocates
+    // it (the step dropped the previous one, Lower()).
+    b_.HostWork("python op", ctx_.plan.host.python_op_overhead_ns);
+    b_.Allocate("grad_shard.grad_partitions_flat", partition_numel_ * es, reduce_);
+    b_.MemoryKernel(reduce_, "ZeRO::legacy.grads_in_partition.zeros", 0, partition_numel_ * es);
+    grad_partition_alive_ = true;
+  }
   b_.StreamSync("ZeRO::legacy.reduction_stream.synchronize", reduce_);
   for (int64_t numel : legacy_previous_bucket_) {
     const int64_t own = CeilDiv(numel, ctx_.world_size) * es;
@@ -263,13 +273,15 @@ void Zero3Lowering::LegacyStepHostChecks(const std::vector<int64_t>& grad_partit
   widen_reduce_read("overflow_check.float", "ZeRO::legacy.has_inf_or_nan.float", "ZeRO::legacy.has_inf_or_nan.sum",
                     "ZeRO::legacy.has_inf_or_nan.item", kFp32Bytes);
   send("ZeRO::legacy.overflow_flag", 1);
-  b_.Collective(compute_, "ZeRO::legacy.overflow.all_reduce", CollectiveType::kAllReduce, dp_, 1, DType::kInt8);  // a ByteTensor
+  // Both all-reduces run on self.dp_process_group, the engine's group (dp_engine_).
+  b_.Collective(compute_, "ZeRO::legacy.overflow.all_reduce", CollectiveType::kAllReduce, dp_engine_, 1,
+                DType::kInt8);  // a ByteTensor
   read_back("ZeRO::legacy.overflow.item", 1);
   widen_reduce_read("grad_norm.double", "ZeRO::get_grad_norm_direct.double", "ZeRO::get_grad_norm_direct.norm",
                     "ZeRO::legacy.grad_norm.item", kFp64Bytes);
   send("ZeRO::legacy.total_norm", kFp32Bytes);
-  b_.Collective(compute_, "ZeRO::get_grad_norm_direct.all_reduce", CollectiveType::kAllReduce, dp_, kFp32Bytes,
-                DType::kFloat32);
+  b_.Collective(compute_, "ZeRO::get_grad_norm_direct.all_reduce", CollectiveType::kAllReduce, dp_engine_,
+                kFp32Bytes, DType::kFloat32);
   read_back("ZeRO::legacy.total_norm.item", kFp32Bytes);
 }
 
@@ -285,6 +297,14 @@ traces::Program Zero3Lowering::Lower() {
   all_gather_ = zero.overlap_comm ? b_.Stream("all_gather", 0) : compute_;
   reduce_ = zero.overlap_comm ? b_.Stream("reduce_and_partition", 0) : compute_;
   dp_ = b_.Comm(kCommWorld);
+  // The 2021 code partitions over Init's group, WORLD (partition_parameters.py Init:
+  // data_parallel_group None -> torch.distributed.group.WORLD: every gather and reduce-scatter),
+  // while the optimizer's dp_process_group is the engine's data_parallel_group, a new_group of
+  // every rank (engine.py _configure_distributed_model -> zero/utils.py
+  // _initialize_parameter_parallel_groups): its own NCCL communicator, used by the step's
+  // overflow and norm all-reduces (and _broadcast_model, init_program.cc). Today's lowering
+  // keeps one slot (an open item: today's reduce-scatters run on the engine's group too).
+  if (zero.legacy_per_parameter_path) dp_engine_ = b_.Comm(kCommEngineDp);
 
   BuildSubmodules();
   BuildTrace();
@@ -303,6 +323,7 @@ traces::Program Zero3Lowering::Lower() {
       grad_partitions.push_back(CeilDiv(n, ctx_.world_size));
     }
   }
+  partition_numel_ = partition_numel;
 
   // Model states per rank: the bit16 partitions (ds_tensor), the fp32 master partition and
   // the Adam moments (fp32_partitioned_groups_flat and its optimizer state), the gradient
@@ -314,7 +335,13 @@ traces::Program Zero3Lowering::Lower() {
   b_.SetPhase(Phase::kNone);
   b_.Allocate("param_shard.bit16_partition", partition_numel * es, compute_);
   AllocateOptimizerState(b_, compute_, "fp32_partition", partition_numel * kFp32Bytes);
-  b_.Allocate("grad_shard.grad_partitions_flat", partition_numel * es, compute_);
+  // 2021 with contiguous_gradients: _release_ipg_buffers (the backward's epilogue) sets
+  // self.grads_in_partition = None at the accumulation boundary and the step's zero_grad drops
+  // the gradients' views of it, so it is freed in every step and allocated again by the next
+  // backward (LegacyPartitionPreviousGrads); without contiguous_gradients it is kept.
+  const bool lazy_grad_partition = zero.legacy_per_parameter_path && zero.contiguous_gradients;
+  if (!lazy_grad_partition) b_.Allocate("grad_shard.grad_partitions_flat", partition_numel * es, compute_);
+  grad_partition_alive_ = !lazy_grad_partition;
   const auto persistent_buffer_bytes = [&](int64_t numel) { return RoundUp(numel, ctx_.world_size) * es; };
   // (a single persistent parameter is copied out of the gather buffer into its own tensor)
   const auto persistent_bytes = [&](int64_t numel) {
@@ -419,6 +446,14 @@ traces::Program Zero3Lowering::Lower() {
     EmitGradNormDirect(ctx_, b_, compute_, dp_, grad_partitions, /*fp64_scalar=*/true);
   }
   EmitFlattenToFp32AndUnscale(ctx_, b_, compute_, partition_numel);
+  if (lazy_grad_partition) {
+    // 2021 _prepare_fp32_grad_for_sub_group: after the fp32 copy, self.zero_grad() (every
+    // param.grad = None) and averaged_gradients[i] = None drop the last views of
+    // grads_in_partition: freed before the optimizer (here after unscale's in-place mul_,
+    // with no allocation between: the same to the allocator).
+    b_.Free("grad_shard.grad_partitions_flat");
+    grad_partition_alive_ = false;
+  }
   EmitAdamW(b_, compute_, partition_numel, kFp32Bytes);
   b_.Free("grad_shard.fp32_partition");
   b_.MemoryKernel(compute_, "ZeRO::copy_fp32_to_bit16_partition", partition_numel * kFp32Bytes,

@@ -88,6 +88,9 @@ class Zero3Lowering {
   ProgramBuilder b_;
   traces::StreamIndex compute_ = 0, all_gather_ = 0, reduce_ = 0;
   traces::CommSlot dp_ = 0;
+  // 2021 path: the engine's data-parallel group (kCommEngineDp), where stage3.py's
+  // dp_process_group collectives run; dp_ is Init's group, WORLD.
+  traces::CommSlot dp_engine_ = 0;
   std::vector<Zero3Submodule> subs_;
   std::vector<std::vector<size_t>> subs_of_module_;
   std::vector<size_t> trace_;  // submodule fetched at each step (forward, then backward)
@@ -125,6 +128,8 @@ class Zero3Lowering {
   // 2021 path: the parameters (numels) of the IPG bucket being filled, and of the bucket
   // reduced last, whose partitioning lags one bucket behind.
   std::vector<int64_t> legacy_bucket_, legacy_previous_bucket_;
+  int64_t partition_numel_ = 0;        // Σ ceil(numel / world): the rank's partition
+  bool grad_partition_alive_ = false;  // grads_in_partition allocated (2021: lazily, per step)
 };
 
 }  // namespace shardscope::sim

@@ -4,6 +4,8 @@
 // every schedule validates and simulates to completion.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "lowering_zero_test_support.h"
 
 // In the helpers' namespace, so the tests call them unqualified.
@@ -176,6 +178,88 @@ TEST(ZeroLowering, Stage3LegacyPerParameterGatherSynchronizesEachParameter) {
   EXPECT_EQ(CountOps(unblocked, "ZeRO::legacy.partition.placeholder"), 0);
   EXPECT_EQ(CountOps(unblocked, "ZeRO::legacy.allgather_param.synchronize"), kGathers);
   MustSimulate(unblocked);
+}
+
+// The 2021 gradient partition (stage3.py at 70adb32a): grads_in_partition is made by the
+// first partition_previous_reduced_grads of a step — torch.zeros on the reduction stream, once
+// per step even with accumulation (it is dropped only at the boundary) — and freed in the step
+// by zero_grad after the fp32 copy, before the optimizer. Without contiguous_gradients
+// _release_ipg_buffers leaves it: held from the start, never freed.
+TEST(ZeroLowering, Stage3LegacyGradientPartitionLivesFromTheBackwardToTheStep) {
+  constexpr int32_t kAccum = 3;
+  Plan plan = Zero3NoPrefetchPlan(kAccum);
+  plan.zero.legacy_per_parameter_path = true;
+  const Schedule schedule = MustLower(plan);
+  // Σ ceil(numel / 8) over the parameters, 2 bytes each: PaddedNumel / 8 x 2.
+  const int64_t bytes = PaddedNumel(plan) / kWorld * kBf16;
+  EXPECT_EQ(Allocated(schedule, "grad_shard.grad_partitions_flat"), (std::pair<int64_t, int64_t>{bytes, 1}));
+  EXPECT_EQ(Allocated(schedule, "grad_shard.grad_partitions_flat", /*micro_batch=*/0).second, 1);
+  EXPECT_EQ(CountOps(schedule, "ZeRO::legacy.grads_in_partition.zeros"), 1);
+  const OpIndex index(schedule);
+  size_t allocated = 0, freed = 0, to_fp32 = 0, adam = 0, first_partition = 0;
+  for (size_t i = 0; i < index.program.ops.size(); ++i) {
+    const traces::Op& op = index.program.ops[i];
+    const std::string_view name = index.Name(op);
+    if (name == "ZeRO::grad_partition.to_fp32") to_fp32 = i;
+    if (name == "optimizer.adamw") adam = i;
+    if (name == "ZeRO::partition_grads.copy" && first_partition == 0) first_partition = i;
+    const std::string* tensor = index.Tensor(op);
+    if (tensor == nullptr || *tensor != "grad_shard.grad_partitions_flat") continue;
+    if (const auto* a = std::get_if<traces::AllocateOp>(&op.payload)) {
+      allocated = i;
+      EXPECT_EQ(op.tags.phase, traces::Phase::kBackward);
+      EXPECT_EQ(index.program.streams[static_cast<size_t>(a->stream)].name, "reduce_and_partition");
+    } else {
+      freed = i;
+      EXPECT_EQ(op.tags.phase, traces::Phase::kOptimizer);
+    }
+  }
+  EXPECT_LT(allocated, first_partition);  // made before the first slice is copied into it
+  EXPECT_LT(to_fp32, freed);
+  EXPECT_LT(freed, adam);
+  MustSimulate(schedule);
+
+  plan.zero.contiguous_gradients = false;
+  const Schedule kept = MustLower(plan);
+  EXPECT_EQ(Allocated(kept, "grad_shard.grad_partitions_flat"), (std::pair<int64_t, int64_t>{bytes, 1}));
+  EXPECT_EQ(CountOps(kept, "ZeRO::legacy.grads_in_partition.zeros"), 0);
+  const OpIndex kept_index(kept);
+  for (const traces::Op& op : kept_index.program.ops) {
+    const std::string* tensor = kept_index.Tensor(op);
+    if (tensor != nullptr && *tensor == "grad_shard.grad_partitions_flat") {
+      EXPECT_TRUE(std::holds_alternative<traces::AllocateOp>(op.payload));
+      EXPECT_EQ(op.tags.phase, traces::Phase::kNone);
+    }
+  }
+  MustSimulate(kept);
+}
+
+// 2021: gathers and reduce-scatters run on Init's group, WORLD ("dp"); the optimizer's
+// overflow and norm all-reduces on the engine's data_parallel_group, a new_group of the same
+// ranks ("dp_engine", its own NCCL communicator). Today's lowering has one slot.
+TEST(ZeroLowering, Stage3LegacyStepAllReducesRunOnTheEnginesGroup) {
+  Plan plan = Zero3NoPrefetchPlan();
+  const Schedule today = MustLower(plan);
+  EXPECT_EQ(today.ProgramOf(0).comm_slots, (std::vector<std::string>{"dp"}));
+  plan.zero.legacy_per_parameter_path = true;
+  const Schedule schedule = MustLower(plan);
+  const traces::Program& program = schedule.ProgramOf(0);
+  EXPECT_EQ(program.comm_slots, (std::vector<std::string>{"dp", "dp_engine"}));
+  std::map<std::string, std::set<std::string>> slots_of;  // collective name -> slots
+  for (const traces::Op& op : program.ops) {
+    if (const auto* c = std::get_if<CollectiveOp>(&op.payload)) {
+      slots_of[std::string(program.NameOf(op.name))].insert(program.comm_slots[static_cast<size_t>(c->comm)]);
+    }
+  }
+  EXPECT_EQ(slots_of["ZeRO::legacy.overflow.all_reduce"], (std::set<std::string>{"dp_engine"}));
+  EXPECT_EQ(slots_of["ZeRO::get_grad_norm_direct.all_reduce"], (std::set<std::string>{"dp_engine"}));
+  EXPECT_EQ(slots_of["ZeRO::all_gather"], (std::set<std::string>{"dp"}));
+  EXPECT_EQ(slots_of["ZeRO::reduce_scatter"], (std::set<std::string>{"dp"}));
+  // Two communicators of the same 8 ranks.
+  ASSERT_EQ(schedule.communicators.size(), 2u);
+  EXPECT_EQ(schedule.communicators[0].ranks, schedule.communicators[1].ranks);
+  EXPECT_NE(schedule.communicators[0].name, schedule.communicators[1].name);
+  MustSimulate(schedule);
 }
 
 // partition_parameters.py all_gather_coalesced, len(params) == 1: one buffer of

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -104,11 +105,16 @@ InitPhaseResult SimulateInitPhase(const traces::Schedule& schedule, const Simula
     return true;
   };
   // One op over `units` (every unit, or the one being wrapped); `unit_key` -1 for every unit.
-  const auto run = [&](const InitOp& op, int32_t first, int32_t last, int32_t unit_key) -> bool {
+  // `param` >= 0: only that parameter of unit `first` (a per-parameter phase).
+  const auto run = [&](const InitOp& op, int32_t first, int32_t last, int32_t unit_key, int32_t param) -> bool {
+    const auto numels_of = [&](int32_t u) {
+      const std::span<const int64_t> all(program.units[static_cast<size_t>(u)]);
+      return param < 0 ? all : all.subspan(static_cast<size_t>(param), 1);
+    };
     switch (op.kind) {
       case InitOpKind::kAllocEach:
         for (int32_t u = first; u < last; ++u) {
-          for (int64_t numel : program.units[static_cast<size_t>(u)]) {
+          for (int64_t numel : numels_of(u)) {
             if (!alloc(TensorBytes(numel, op), op, live[{op.group, unit_key < 0 ? u : unit_key}])) return false;
           }
         }
@@ -116,7 +122,7 @@ InitPhaseResult SimulateInitPhase(const traces::Schedule& schedule, const Simula
       case InitOpKind::kAllocFlat: {
         int64_t numel = 0;
         for (int32_t u = first; u < last; ++u) {
-          for (int64_t n : program.units[static_cast<size_t>(u)]) numel += n;
+          for (int64_t n : numels_of(u)) numel += n;
         }
         return alloc(TensorBytes(numel, op), op, live[{op.group, unit_key}]);
       }
@@ -153,15 +159,24 @@ InitPhaseResult SimulateInitPhase(const traces::Schedule& schedule, const Simula
 
   const int32_t units = static_cast<int32_t>(program.units.size());
   for (const InitPhase& phase : program.phases) {
-    if (phase.per_unit) {
+    if (phase.per_param) {
+      for (int32_t u = 0; u < units; ++u) {
+        const int32_t params = static_cast<int32_t>(program.units[static_cast<size_t>(u)].size());
+        for (int32_t k = 0; k < params; ++k) {
+          for (const InitOp& op : phase.ops) {
+            if (!run(op, u, u + 1, u, k)) return result;
+          }
+        }
+      }
+    } else if (phase.per_unit) {
       for (int32_t u = 0; u < units; ++u) {
         for (const InitOp& op : phase.ops) {
-          if (!run(op, u, u + 1, u)) return result;
+          if (!run(op, u, u + 1, u, -1)) return result;
         }
       }
     } else {
       for (const InitOp& op : phase.ops) {
-        if (!run(op, 0, units, -1)) return result;
+        if (!run(op, 0, units, -1, -1)) return result;
       }
     }
   }

@@ -97,6 +97,42 @@ TEST(InitPhaseTest, NcclBuffersAppearAtTheFirstCollective) {
   EXPECT_EQ(r.peak_reserved_bytes, 20 * kMiB);
 }
 
+// A per-parameter phase frees each parameter's tensors before the next parameter's: two
+// 3 Mi-element fp32 parameters (12 MiB each: over kMinLargeAlloc, a 12 MiB segment of their
+// own). Gathered like the 2021 hook registration — a flat buffer and NCCL's flat output of
+// ceil(n / 2) x 2 = n elements, then the parameter — the first parameter reserves 12 + 12
+// MiB (the parameter reuses the freed NCCL block); the second reuses both blocks: 24 MiB.
+// The same ops for the whole unit at once keep both parameters' buffers: 48 MiB.
+TEST(InitPhaseTest, PerParameterPhaseFreesBeforeTheNextParameter) {
+  Fixture f = OneRank(kGiB, 0);
+  f.setup.init.units = {{3 << 20, 3 << 20}};
+  const auto gather = [](std::string group) {
+    InitOp op = Alloc(InitOpKind::kAllocEach, std::move(group), 2, InitWhat::kHookGather);
+    op.multiply = 2;
+    return op;
+  };
+  const auto free = [](std::string group) {
+    InitOp op;
+    op.kind = InitOpKind::kFree;
+    op.group = std::move(group);
+    return op;
+  };
+  InitPhase hooks;
+  hooks.per_param = true;
+  hooks.ops = {gather("flat"), gather("nccl_flat"), free("nccl_flat"),
+               Alloc(InitOpKind::kAllocEach, "param", 1, InitWhat::kHookGather), free("flat"), free("param")};
+  f.setup.init.phases = {hooks};
+  InitPhaseResult r = SimulateInitPhase(f.schedule, f.setup, 0);
+  ASSERT_FALSE(r.oom.has_value());
+  EXPECT_EQ(r.peak_reserved_bytes, 24 * kMiB);
+  EXPECT_EQ(r.peak_what, InitWhat::kHookGather);
+  hooks.per_param = false;
+  hooks.per_unit = true;
+  f.setup.init.phases = {hooks};
+  r = SimulateInitPhase(f.schedule, f.setup, 0);
+  EXPECT_EQ(r.peak_reserved_bytes, 48 * kMiB);
+}
+
 TEST(InitPhaseTest, NoProgramNoPhase) {
   Fixture f = OneRank(kGiB, 0);
   EXPECT_FALSE(SimulateInitPhase(f.schedule, f.setup, 0).simulated);
@@ -117,6 +153,32 @@ TEST(InitPhaseTest, ToyZero2Fits) {
   EXPECT_GT(r.nccl_bytes, 0);  // _broadcast_model created the dp communicator
   // usable - context: the A100-80GB's reported total less CUDA 12.8's lazy context.
   EXPECT_EQ(r.capacity_bytes, setup->cluster.gpu.usable_bytes - setup->device_memory.cuda_context_bytes);
+}
+
+// The 2021 ZeRO-3 holds two NCCL communicators of the same eight ranks — the engine's
+// data-parallel group (created by _broadcast_model) and WORLD (dist.barrier() before
+// flattening) — so its init phase has twice the NCCL buffers of today's single one. PyTorch
+// 1.8's NCCL (2.7.8) connects every channel's ring and tree when a communicator is created,
+// whatever its collectives, so the two hold the same bytes.
+TEST(InitPhaseTest, ToyZero3Of2021HasTwoCommunicators) {
+  const auto init_of = [](std::string_view zero) {
+    const Plan plan = test_support::MustParsePlan(
+        "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 688, vocab: 1000}\n"
+        "cluster: {preset: dgx-a100, nodes: 1}\nstrategy: zero3\n"
+        "training: {seq_len: 128, micro_batch_size: 1, dtype: fp16, pytorch_version: \"1.8\"}\n"
+        "zero: {overlap_comm: true" + std::string(zero) + "}\n");
+    const traces::Schedule schedule = test_support::MustLower(plan);
+    StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
+    EXPECT_TRUE(setup.ok()) << setup.status().message();
+    return setup.ok() ? SimulateInitPhase(schedule, *setup, 0) : InitPhaseResult{};
+  };
+  const InitPhaseResult today = init_of("");
+  const InitPhaseResult legacy = init_of(", legacy_per_parameter_path: true");
+  ASSERT_TRUE(today.simulated);
+  ASSERT_TRUE(legacy.simulated);
+  EXPECT_FALSE(legacy.oom.has_value());
+  EXPECT_GT(today.nccl_bytes, 0);
+  EXPECT_EQ(legacy.nccl_bytes, 2 * today.nccl_bytes);
 }
 
 }  // namespace

@@ -40,10 +40,12 @@ enum class InitWhat : uint8_t {
   kPartition,         // ZeRO-3 partitions each parameter
   kFlatPartitions,    // ZeRO flattens its partitions into contiguous buffers
   kFlatParams,        // ZeRO-1/2 flattens the 16-bit parameters (via the CPU)
-  kFp32Master,        // ZeRO's fp32 master partition
+  kFp32Master,        // ZeRO's fp32 master partition (and the 16-bit clone it is cast from)
   kGradPartition,     // ZeRO's fp32 gradient partition for the optimizer's first step
   kOptimizerStates,   // Adam's exp_avg and exp_avg_sq
   kRelease,           // frees (no allocation)
+  kBarrier,           // ZeRO-3's dist.barrier() on the world group (2021: its first collective)
+  kHookGather,        // 2021 ZeRO-3 gathers each parameter to register its gradient hook
 };
 std::string_view InitWhatText(InitWhat what);  // "deepspeed.initialize: module.half(), module.to(device)"
 std::string_view InitWhatName(InitWhat what);  // the metadata token, "model_half"
@@ -65,6 +67,9 @@ struct InitOp {
 struct InitPhase {
   bool per_unit = false;       // run the ops once per unit, in unit order; else once for all
   std::vector<InitOp> ops;
+  // Run the ops once per parameter, in unit order, each alloc op on that one tensor (a
+  // framework loop over module.parameters() that frees what it allocated before the next).
+  bool per_param = false;
 };
 
 // Units are the modules the framework wraps (embed, layers.i, head), each a list of parameter
@@ -80,7 +85,7 @@ struct InitProgram {
 InitProgram InitProgramOf(const Plan& plan);
 
 // Metadata keys "init.framework", "init.units" (run-length: "30*n1,n2;1*n3"), "init.phases",
-// "init.phase.<i>" ("unit:" or "all:" then ops "kind group bytes divide multiply cap slot what",
+// "init.phase.<i>" ("unit:", "param:" or "all:" then ops "kind group bytes divide multiply cap slot what",
 // ';'-separated). Nothing is written for an empty program.
 void WriteInitProgram(const InitProgram& program, std::map<std::string, std::string>& metadata);
 // An empty program when the metadata has none; InvalidInput naming the key on a malformed one.
