@@ -44,20 +44,10 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
     } catch (const std::exception&) {
       return bad();
     }
-    if (rank < 0 || rank >= world || !(factor >= 1.0) || !std::isfinite(factor)) return bad();
+    if (!sim::ValidStraggler(rank, factor, world)) return bad();
     stragglers[static_cast<int32_t>(rank)] = factor;
   }
   return stragglers;
-}
-
-std::string DivergenceSummary(const std::vector<std::string>& sources, int64_t with_ns, int64_t without_ns) {
-  std::string joined;
-  for (const std::string& source : sources) joined += (joined.empty() ? "" : ", ") + source;
-  const double delta_ms = static_cast<double>(with_ns - without_ns) * 1e-6;
-  const double percent = without_ns > 0 ? 100.0 * static_cast<double>(with_ns - without_ns) / static_cast<double>(without_ns) : 0;
-  return fmt::format("  DIVERGENCE: {}: step {:.3f} ms, {:.3f} ms with every rank alike: costs {:+.3f} ms ({:+.1f}%)\n",
-                     joined, static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms,
-                     percent);
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "shardscope/sim/plan/plan.h"
 #include "shardscope/sim/hangs/hang.h"
 #include "shardscope/sim/report/report.h"
+#include "shardscope/sim/report/simulate_run.h"
 #include "commands.h"
 #include "inputs.h"
 #include "shardscope/sim/report/version.h"
@@ -67,27 +68,25 @@ Status RunSimulate(const SimulateOptions& options) {
   if (!options.quiet) std::cerr << "shardscope: loading " << options.input << "\n";
   SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input));
   const traces::Schedule& schedule = loaded.schedule;
-  const sim::SimulationSetup& setup = loaded.setup;
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider, sim::MakeCostProvider(schedule, setup));
-  const sim::CostProvider& costs = *cost_provider;
-  sim::EngineConfig config = sim::EngineConfigFor(setup, schedule.world_size());
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs, sim::MakeCostProvider(schedule, loaded.setup));
+  sim::SimulateRunOptions run_options;
+  run_options.costs = costs.get();
   // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
-  SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
-  for (const auto& [rank, factor] : flag_stragglers) config.rank_slowdown[rank] = factor;
-  SHARDSCOPE_ASSIGN_OR_RETURN(config.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
+  SHARDSCOPE_ASSIGN_OR_RETURN(run_options.stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
+  SHARDSCOPE_ASSIGN_OR_RETURN(run_options.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
   if (!options.quiet && isatty(STDERR_FILENO)) {
-    config.progress = [](double fraction) {
+    run_options.progress = [](double fraction) {
       std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
     };
+    run_options.progress_done = [] { std::cerr << "\r" << std::string(40, ' ') << "\r"; };
+  }
+  if (!options.quiet) {
+    run_options.note = [](const std::string& note) { std::cerr << "shardscope: " << note << "\n"; };
   }
 
   // Everything that can reject the input happens before anything is written.
-  std::vector<int32_t> first_ranks;
-  const bool by_default = options.trace_ranks == "default";
-  if (by_default) {
-    for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
-  } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
+  if (options.trace_ranks != "default") {
+    SHARDSCOPE_ASSIGN_OR_RETURN(run_options.trace_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
   }
 
   std::error_code ec;
@@ -100,110 +99,24 @@ Status RunSimulate(const SimulateOptions& options) {
   const std::string trace_path = (std::filesystem::path(options.out_dir) / "trace.json").string();
   SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(trace_path, info));
 
-  // The default trace shows the first node, then any rank whose timeline differs from every
-  // rank shown; that is only known after a run, so such ranks are traced in a second run
-  // (the engine is deterministic, so both runs agree).
   if (!options.quiet) {
     std::cerr << fmt::format("shardscope: simulating {} ranks, {} ops per rank\n", schedule.world_size(),
                              schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size());
   }
-  sim::TraceRecorder recorder(schedule, first_ranks, *writer);
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(schedule, costs, config, &recorder));
-  if (config.progress) std::cerr << "\r" << std::string(40, ' ') << "\r";
-  if (by_default) {
-    std::vector<int32_t> extra;
-    for (int32_t r : sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node)) {
-      if (r >= setup.cluster.gpus_per_node) extra.push_back(r);
-    }
-    if (!extra.empty()) {
-      if (!options.quiet) std::cerr << fmt::format("shardscope: tracing {} rank(s) whose timelines differ\n", extra.size());
-      sim::TraceRecorder extra_recorder(schedule, extra, *writer);
-      SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
-    }
-  }
-  // A hang: draw the wait-for graph on the traced ranks (slices where they wait, flows to what
-  // they wait for), then write Flight Recorder dumps for the blocked ranks (a second,
-  // deterministic run records their collectives).
-  std::vector<int32_t> dumped;
-  if (result.hung) {
-    sim::WriteHangTrace(schedule, result, sim::AnalyzeHang(schedule, result),
-                        by_default ? sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node) : first_ranks, *writer);
-    constexpr size_t kMaxFlightRecorderDumps = 64;
-    dumped = sim::FlightRecorderRanks(result, kMaxFlightRecorderDumps);
-    sim::CollectiveRecorder collectives(schedule, dumped);
-    sim::EngineConfig quiet_config = config;
-    quiet_config.progress = nullptr;
-    SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, quiet_config, &collectives).status());
-    for (int32_t rank : dumped) {
-      const std::string path =
-          (std::filesystem::path(options.out_dir) / fmt::format("flight_recorder_rank{}.json", rank)).string();
-      SHARDSCOPE_RETURN_IF_ERROR(
-          traces::WriteFileAtomically(path, sim::FlightRecorderJson(schedule, result, rank, &collectives)));
-    }
-  }
+  const auto write_file = [&](const std::string& name, const std::string& content) {
+    return traces::WriteFileAtomically((std::filesystem::path(options.out_dir) / name).string(), content);
+  };
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulateRun run, sim::RunSimulation(loaded, run_options, *writer, write_file));
   SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
-  // The allocator's state per traced rank, in torch.cuda.memory._snapshot()'s layout.
-  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
-    const sim::RankMemory& memory = result.ranks[rank].memory;
-    if (memory.snapshot.empty() && memory.history.empty()) continue;
-    const std::string path =
-        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.json", rank)).string();
-    SHARDSCOPE_RETURN_IF_ERROR(
-        traces::WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
-    // The same as a pickle, for PyTorch's memory_viz.
-    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
-        (std::filesystem::path(options.out_dir) / fmt::format("memory_snapshot_rank{}.pickle", rank)).string(),
-        sim::MemorySnapshotPickle(memory)));
-  }
-  // What the divergence costs: one more run with every rank alike (the plan without its
-  // divergence section, no stragglers, no injected fault; no trace, no memory history).
-  std::optional<sim::DivergenceCost> divergence;
-  const bool has_variants = loaded.plan && !loaded.plan->divergence.variants.empty();
-  if (!config.rank_slowdown.empty() || has_variants) {
-    traces::Schedule uniform_schedule;
-    if (has_variants) {
-      SHARDSCOPE_ASSIGN_OR_RETURN(uniform_schedule, sim::LowerPlan(sim::WithoutDivergence(*loaded.plan)));
-    }
-    const traces::Schedule& baseline_schedule = has_variants ? uniform_schedule : schedule;
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> baseline_costs,
-                                sim::MakeCostProvider(baseline_schedule, setup));
-    sim::EngineConfig baseline_config = config;
-    baseline_config.rank_slowdown.clear();
-    baseline_config.inject_oom.reset();
-    baseline_config.progress = nullptr;
-    baseline_config.memory.record_history = false;
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline,
-                                sim::Simulate(baseline_schedule, *baseline_costs, baseline_config, nullptr));
-    divergence.emplace();
-    for (const auto& [rank, factor] : config.rank_slowdown) {
-      divergence->sources.push_back(fmt::format("rank {} (kernels and copies x{:g})", rank, factor));
-    }
-    if (has_variants) {
-      for (const sim::RankVariant& variant : loaded.plan->divergence.variants) {
-        divergence->sources.push_back(
-            fmt::format("rank(s) {} run {}", sim::CompressRanks(variant.ranks), variant.description));
-      }
-    }
-    divergence->uniform_completed = !baseline.hung && !baseline.oom_agreed;
-    divergence->uniform_step_ns = baseline.step_ns;
-  }
   const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
-      report_path, sim::ReportJson(schedule, setup, result, divergence ? &*divergence : nullptr)));
-  std::cout << sim::SummaryText(schedule, setup, result);
-  if (divergence) {
-    if (result.hung || !divergence->uniform_completed) {
-      std::cout << fmt::format("  DIVERGENCE: no cost reported: the step {} not complete\n",
-                               result.hung ? "does" : "with every rank alike does");
-    } else {
-      std::cout << cli::DivergenceSummary(divergence->sources, result.step_ns, divergence->uniform_step_ns);
-    }
-  }
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(report_path, run.report_json));
+  std::cout << sim::SimulateSummaryText(loaded, run);
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);
+  const std::vector<int32_t>& dumped = run.flight_recorder_ranks;
   if (!dumped.empty()) {
     std::cout << fmt::format("  wrote flight_recorder_rank<N>.json for {} of {} blocked rank(s) ({}; at most 64), "
                              "in PyTorch Flight Recorder's JSON layout\n",
-                             dumped.size(), result.blocked.size(), sim::CompressRanks(dumped));
+                             dumped.size(), run.result.blocked.size(), sim::CompressRanks(dumped));
   }
   return Status::Ok();
 }
@@ -218,10 +131,7 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
   for (const std::string& input : inputs) {
     if (!quiet) std::cerr << "shardscope: simulating " << input << "\n";
     SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs,
-                                sim::MakeCostProvider(loaded.schedule, loaded.setup));
-    const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule.world_size());
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(loaded.schedule, *costs, config, nullptr));
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::SimulateUntraced(loaded));
     runs.push_back(Run{std::move(loaded), std::move(result)});
   }
   const auto compared = [&](size_t i) {

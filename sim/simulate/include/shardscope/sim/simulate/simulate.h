@@ -28,6 +28,17 @@ int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
 
 EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size);
 
+// The fault `simulate --inject-oom RANK:OP_ID` and `run --inject-oom` inject: op `op_id` of
+// rank `rank`'s program, which must be an allocate. Otherwise InvalidInput whose message says
+// why in a few words ("rank outside the world of 8 ranks"), for the caller to prefix with the
+// option's name. (Moved from cli/run_command.cc ParseInjectedOom.)
+StatusOr<InjectedOom> InjectedOomAt(const traces::Schedule& schedule, int64_t rank, int64_t op_id);
+
+// A straggler (`--straggler RANK:FACTOR`, EngineConfig::rank_slowdown) a world of `world`
+// ranks can take: 0 <= rank < world and a finite factor >= 1. (Moved from
+// cli/check_command.cc ParseStragglers.)
+bool ValidStraggler(int64_t rank, double factor, int32_t world);
+
 // A profile's launch cost and contention factors, where fitted, into an engine configuration.
 void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config);
 
