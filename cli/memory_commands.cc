@@ -67,7 +67,7 @@ Status RunMemory(const MemoryOptions& options) {
 struct FitOptions {
   std::string plan;
   std::string search;
-  int64_t max_micro_batch = 256;
+  int64_t max_micro_batch = sim::kDefaultFitMaxMicroBatch;
 };
 
 std::string CandidateLabel(const sim::FitCandidate& c) {
