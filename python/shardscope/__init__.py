@@ -344,7 +344,10 @@ class HostRun:
         self.stdout = completed.stdout
         self.stderr = completed.stderr
         report = os.path.join(output, "report.json")
-        self.report = json.load(open(report, encoding="utf-8")) if os.path.exists(report) else None
+        self.report = None
+        if os.path.exists(report):
+            with open(report, encoding="utf-8") as f:
+                self.report = json.load(f)
         trace = os.path.join(output, "trace.json")
         self.trace_path = trace if os.path.exists(trace) else None
         self.flight_recorder = {}

@@ -71,16 +71,16 @@ class PlanTest(unittest.TestCase):
         with self.assertRaises(shardscope.PlanError) as raised:
             shardscope.load_plan(bad)
         message = str(raised.exception)
-        # plan_yaml puts training on line 12 and seq_len on line 13, its value at column 12
-        # ("  seq_len: " is 11 characters).
-        self.assertTrue(message.startswith("<dict>:13:12: training.seq_len: expected"), message)
-        self.assertIn("got -128", message)
+        # plan_yaml writes model (7 lines), cluster (4), strategy (1), then training on line 13
+        # and seq_len on line 14, its value at column 12 ("  seq_len: " is 11 characters).
+        self.assertTrue(message.startswith("<dict>:14:12: training.seq_len: expected"), message)
+        self.assertTrue(message.endswith("got '-128'"), message)
         # The same text as a file gives the CLI's message, file name aside.
         with tempfile.TemporaryDirectory() as work:
             path = os.path.join(work, "bad.yaml")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(shardscope.plan_yaml(bad))
-            self.assertEqual(cli_error(["simulate", path, "-o", os.path.join(work, "out")]).replace(path, "<dict>"),
+            self.assertEqual(cli_error(["simulate", "-q", path, "-o", os.path.join(work, "out")]).replace(path, "<dict>"),
                              message)
         # PlanError is an InputError is an Error.
         self.assertTrue(issubclass(shardscope.PlanError, shardscope.InputError))
@@ -108,7 +108,7 @@ class SimulateTest(unittest.TestCase):
         cls.work = tempfile.TemporaryDirectory()
         cls.cli_dir = os.path.join(cls.work.name, "cli")
         cls.cli_out = cli("simulate", TINY, "-q", "-o", cls.cli_dir).stdout
-        cls.run = shardscope.simulate(TINY, output=os.path.join(cls.work.name, "module"))
+        cls.sim = shardscope.simulate(TINY, output=os.path.join(cls.work.name, "module"))
 
     @classmethod
     def tearDownClass(cls):
@@ -116,7 +116,7 @@ class SimulateTest(unittest.TestCase):
 
     def test_report_is_the_clis(self):
         with open(os.path.join(self.cli_dir, "report.json"), encoding="utf-8") as f:
-            self.assertEqual(self.run.report, json.load(f))
+            self.assertEqual(self.sim.report, json.load(f))
 
     def test_files_are_the_clis(self):
         for name in ("report.json", "trace.json"):
@@ -125,21 +125,21 @@ class SimulateTest(unittest.TestCase):
                 self.assertEqual(a.read(), b.read(), name)
 
     def test_summary_is_what_the_cli_prints(self):
-        self.assertEqual(self.run.summary, self.cli_out[:self.cli_out.index("  wrote ")])
+        self.assertEqual(self.sim.summary, self.cli_out[:self.cli_out.index("  wrote ")])
 
     def test_memory_over_time_peaks_where_the_report_says(self):
-        self.assertEqual(self.run.ranks, [0, 1])
-        for rank in self.run.ranks:
-            memory = self.run.memory(rank)
+        self.assertEqual(self.sim.ranks, [0, 1])
+        for rank in self.sim.ranks:
+            memory = self.sim.memory(rank)
             self.assertEqual(len(memory["time_ns"]), len(memory["reserved_bytes"]))
             self.assertGreater(len(memory["time_ns"]), 0)
-            peak = self.run.report["ranks"][rank]["memory"]
+            peak = self.sim.report["ranks"][rank]
             self.assertEqual(int(max(memory["reserved_bytes"])), peak["peak_reserved_bytes"])
             self.assertEqual(int(max(memory["allocated_bytes"])), peak["peak_allocated_bytes"])
 
     def test_spans_are_the_schedules_ops(self):
-        spans = self.run.spans(0)
-        ops = {op["id"]: op for op in self.run.plan.ops(0)}
+        spans = self.sim.spans(0)
+        ops = {op["id"]: op for op in self.sim.plan.ops(0)}
         kernels = [i for i, kind in enumerate(spans["kind"]) if kind == "kernel" and spans["stream"][i] >= 0]
         self.assertGreater(len(kernels), 0)
         for i in kernels:
@@ -148,7 +148,7 @@ class SimulateTest(unittest.TestCase):
         # Every device span ends by the step's end.
         end = max(int(s) + int(d) for s, d, st in zip(spans["start_ns"], spans["duration_ns"], spans["stream"])
                   if st >= 0)
-        self.assertLessEqual(end, self.run.report["step_time_ns"])
+        self.assertLessEqual(end, self.sim.report["step_time_ns"])
 
     def test_untraced_rank(self):
         run = shardscope.simulate(TINY, trace_ranks=[1])
@@ -162,16 +162,26 @@ class SimulateTest(unittest.TestCase):
         run = shardscope.simulate(TINY, inject_oom=(0, allocate["id"]))
         self.assertTrue(run.report["hang"])
         self.assertIn("hang_report", run.report)
-        self.assertEqual(sorted(run.flight_recorder), [1])  # rank 1 waits for rank 0
+        self.assertIn(1, run.flight_recorder)  # rank 1 waits for rank 0
         with tempfile.TemporaryDirectory() as work:
             cli("simulate", TINY, "-q", "-o", work, "--inject-oom", f"0:{allocate['id']}", check=False)
             with open(os.path.join(work, "report.json"), encoding="utf-8") as f:
                 self.assertEqual(run.report, json.load(f))
+            for rank, dump in run.flight_recorder.items():
+                with open(os.path.join(work, f"flight_recorder_rank{rank}.json"), encoding="utf-8") as f:
+                    self.assertEqual(dump, json.load(f))
+            self.assertEqual(len([n for n in os.listdir(work) if n.startswith("flight_recorder_rank")]),
+                             len(run.flight_recorder))
 
     def test_bad_inject_oom(self):
+        kernel = next(op for op in shardscope.load_plan(TINY).ops(0) if op["kind"] == "kernel")
         with self.assertRaises(shardscope.InputError) as raised:
-            shardscope.simulate(TINY, inject_oom=(0, 0))
-        self.assertRegex(str(raised.exception), r"^inject_oom: .*got \(0, 0\): op 0 is a \w+, not an allocate$")
+            shardscope.simulate(TINY, inject_oom=(0, kernel["id"]))
+        self.assertEqual(str(raised.exception),
+                         f"inject_oom: expected (rank, op_id) of an allocate op in that rank's program (Plan.ops(rank) "
+                         f"lists them), got (0, {kernel['id']}): op {kernel['id']} is a kernel, not an allocate")
+        with self.assertRaises(shardscope.InputError):
+            shardscope.simulate(TINY, inject_oom=(2, kernel["id"]))
 
     def test_bad_straggler(self):
         with self.assertRaises(shardscope.InputError):
@@ -242,9 +252,11 @@ class TracesTest(unittest.TestCase):
             errors = result["errors"]
             self.assertEqual(result["report"]["matching"]["by_op_id"], result["report"]["matching"]["matched"])
             self.assertEqual(len(errors["error_ns"]), result["report"]["matching"]["matched"])
-            slower = [r for r, e, c in zip(errors["rank"], errors["error_ns"], errors["class"])
-                      if e > 0 and c in ("gemm", "attention", "memory-bound")]
-            self.assertTrue(slower and all(r == 1 for r in slower))
+            # Rank 1's kernels run 1.5x their time: every one of its compute kernels is slower.
+            straggler = [e for r, e, c in zip(errors["rank"], errors["error_ns"], errors["class"])
+                         if r == 1 and c in ("gemm", "attention", "memory-bound")]
+            self.assertGreater(len(straggler), 0)
+            self.assertTrue(all(e > 0 for e in straggler))
 
     def test_flight_recorder_fixture(self):
         result = shardscope.flight_recorder("tests/fixtures/real/flight-recorder/moe-16-ranks-gpu-error")

@@ -6,7 +6,7 @@ Each notebook runs with `jupyter nbconvert --to notebook --execute` on Debian's 
 (ipykernel), the module from BUILD/python, and $SHARDSCOPE_NOTEBOOK_OUT pointing into a
 temporary folder. A notebook passes when
 - no cell raised (nbconvert fails, and no output of type "error" is left),
-- it drew figures, and every axis it labelled states a unit "(...)",
+- it drew figures, each with an axis label, and every axis label states a unit "(...)",
 - every number it recorded in shown.json equals the CLI's output for the same input: report.json
   of `shardscope simulate` on the plan file it names, the host run's own report.json, the
   report.json of `shardscope diff` with the same arguments, `shardscope analyze --json`.
@@ -104,12 +104,12 @@ class Checker:
             self.fail(f"{name}: no figure drawn")
         self.count += 1
         for figure in shown.get("figures", []):
-            labels = [figure["xlabel"], figure["ylabel"]]
-            if not any(labels):
-                self.fail(f"{name}: figure '{figure['title']}' has no axis label")
-            for label in labels:
+            title = "; ".join(t for t in figure["titles"] if t)
+            if not any(figure["labels"]):
+                self.fail(f"{name}: figure '{title}' has no axis label")
+            for label in figure["labels"]:
                 if label and not UNIT.search(label):
-                    self.fail(f"{name}: figure '{figure['title']}': axis '{label}' states no unit")
+                    self.fail(f"{name}: figure '{title}': axis '{label}' states no unit")
 
 
 def stripped():
