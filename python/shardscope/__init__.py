@@ -48,7 +48,7 @@ def _yaml_key(key, path):
         raise InputError(f"{path or '(top level)'}: plan keys are strings (or rank numbers), got {key!r}")
     if isinstance(key, numbers.Integral):
         return str(int(key))
-    return key if _PLAIN_KEY.match(key) else json.dumps(key)
+    return key if _PLAIN_KEY.match(key) else json.dumps(key, ensure_ascii=False)
 
 
 def _yaml_scalar(value, path):
@@ -66,7 +66,7 @@ def _yaml_scalar(value, path):
             return ".inf" if number > 0 else "-.inf"
         return repr(number)
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML double-quoted scalar
     raise InputError(f"{path or '(top level)'}: a plan holds mappings, lists, strings, numbers, booleans "
                      f"and None, got a {type(value).__name__}")
 

@@ -64,6 +64,9 @@ class PlanTest(unittest.TestCase):
                                      "divergence": {"slowdown": {3: 1.5}}, "note": "a: b", "list": [1, {"x": None}]})
         self.assertEqual(text, 'model: "llama3-8b"\ncluster:\n  preset: "dgx-a100"\n  nodes: 2\ndivergence:\n'
                                '  slowdown:\n    3: 1.5\nnote: "a: b"\nlist:\n  - 1\n  -\n    x: null\n')
+        # Strings stay strings whatever they hold: JSON's escapes are YAML double-quoted ones.
+        self.assertEqual(shardscope.plan_yaml({"a b": "line\n\"é\"", "t": "true", "e": {}, "l": []}),
+                         '"a b": "line\\n\\"é\\""\nt: "true"\ne: {}\nl: []\n')
 
     def test_bad_plan_dict_raises_the_clis_message(self):
         bad = json.loads(json.dumps(TINY_DICT))
