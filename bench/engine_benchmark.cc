@@ -128,7 +128,7 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     }
     StatusOr<SimulationSetup> setup = SetupFromSchedule(*schedule, "<bench>");
     ClusterCostProvider costs(*schedule, setup->cluster);
-    EngineConfig config = EngineConfigFor(*setup, schedule->world_size());
+    EngineConfig config = EngineConfigFor(*setup, *schedule);
     config.memory.enabled = with_allocator;
     auto result = Simulate(*schedule, costs, config, nullptr);
     const auto t2 = std::chrono::steady_clock::now();

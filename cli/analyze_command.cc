@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "progress.h"
 #include "shardscope/analysis/trace_commands.h"
 #include "shardscope/base/file_io.h"
 #include "shardscope/analysis/hta_metrics.h"
@@ -21,21 +22,27 @@ struct AnalyzeOptions {
   std::vector<std::string> traces;
   bool json = false;
   std::string output;  // "" : standard output
-  int rank = -1;
+  int rank = -1;  // -1: every rank (the flag not given; a given --rank must be >= 0)
+  bool rank_given = false;
   double kernel_wait_threshold_us = 30;
   bool include_last_step = false;
   bool exact_ns = false;
+  bool quiet = false;
 };
 
 Status RunAnalyze(const AnalyzeOptions& options) {
   traces::AnalyzeRequest request;
   request.traces = options.traces;
-  request.rank = options.rank;
+  if (options.rank_given) request.rank = options.rank;
   request.kernel_wait_threshold_us = options.kernel_wait_threshold_us;
   request.include_last_step = options.include_last_step;
   request.exact_ns = options.exact_ns;
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::AnalyzeRun run, traces::RunAnalyze(request));
-  for (const std::string& warning : run.warnings) std::cerr << "shardscope analyze: warning: " << warning << "\n";
+  traces::TraceCommandOutput output;
+  output.note = [&options](const std::string& note) { Progress::Note(options.quiet, note); };
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::AnalyzeRun run, traces::RunAnalyze(request, output));
+  if (!options.quiet) {
+    for (const std::string& warning : run.warnings) std::cerr << "shardscope analyze: warning: " << warning << "\n";
+  }
   const std::string text = options.json ? traces::HtaMetricsJson(run.ranks, run.options) : traces::HtaMetricsText(run.ranks);
   if (options.output.empty()) {
     std::cout << text;
@@ -61,17 +68,19 @@ CommandRunner AddAnalyzeCommand(CLI::App& app) {
       ->required();
   cmd->add_flag("--json", options->json, "Print JSON ({\"ranks\":[{\"rank\",\"idle_pct\",...}]}) instead of tables");
   cmd->add_option("-o,--output", options->output, "Write to this file instead of standard output");
-  cmd->add_option("--rank", options->rank, "Analyze this rank only");
+  CLI::Option* rank = cmd->add_option("--rank", options->rank, "Analyze this rank only (>= 0)");
   cmd->add_option("--kernel-wait-threshold-us", options->kernel_wait_threshold_us,
                   "A gap between kernels on a stream shorter than this is kernel wait (HTA's consecutive_kernel_delay "
                   "of 30, applied to Kineto's microsecond timestamps)")
       ->capture_default_str();
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
   cmd->add_flag("--include-last-step", options->include_last_step,
                 "Keep the GPU work of the last ProfilerStep (HTA's include_last_profiler_step)");
   cmd->add_flag("--exact-ns", options->exact_ns,
                 "Do not round fractional-microsecond timestamps inward to whole microseconds as HTA's parser does");
-  return [cmd, options]() -> std::optional<Status> {
+  return [cmd, options, rank]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
+    options->rank_given = rank->count() > 0;
     return RunAnalyze(*options);
   };
 }

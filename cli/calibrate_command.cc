@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "progress.h"
 #include "inputs.h"
 #include "shardscope/analysis/calibration_fit.h"
 #include "shardscope/traces/chrome_trace.h"
@@ -82,10 +83,12 @@ struct CalibrateOptions {
   std::vector<std::string> measured;
   std::string schedule;
   std::string output = "profile.yaml";
+  bool quiet = false;
 };
 
 Status RunCalibrate(const CalibrateOptions& options) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.schedule));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
+                              LoadInput(options.schedule, LoadOptionsWith(false, options.quiet)));
   std::vector<traces::Timeline> timelines;
   timelines.reserve(options.measured.size());
   std::vector<std::string> notes;
@@ -99,6 +102,7 @@ Status RunCalibrate(const CalibrateOptions& options) {
                                     path, report->time_scale));
       }
     }
+    Progress::Note(options.quiet, fmt::format("reading {}", path));
     SHARDSCOPE_ASSIGN_OR_RETURN(traces::Timeline timeline, traces::ReadChromeTraceFile(path));
     timelines.push_back(std::move(timeline));
   }
@@ -106,13 +110,26 @@ Status RunCalibrate(const CalibrateOptions& options) {
   for (const traces::Timeline& t : timelines) measured.push_back(&t);
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::CalibrationFit fit,
                               sim::FitCalibration(loaded.schedule, loaded.setup.cluster, measured, options.measured));
+  // What a simulation would refuse to read (calibration.cc's limits: an efficiency above 1, a
+  // launch cost above a second...) is not written: the traces cannot be this GPU's.
+  if (StatusOr<sim::CalibrationProfile> back =
+          sim::ParseCalibrationProfile(sim::CalibrationProfileYaml(fit.profile), options.output);
+      !back.ok()) {
+    std::string why;
+    for (const std::string& warning : fit.warnings) why += "; " + warning;
+    return Status::InvalidInput(fmt::format(
+        "the measured traces give a profile no simulation can use, so {} is not written: {}{}",
+        options.output, back.status().message(), why));
+  }
   SHARDSCOPE_RETURN_IF_ERROR(sim::WriteCalibrationProfile(fit.profile, options.output));
   std::cout << fmt::format("{} trace(s) of {}: {} slice(s) joined to schedule ops, {} with unknown op ids\n",
                            options.measured.size(), options.schedule, fit.joined_slices, fit.unmatched_slices);
   std::cout << sim::CalibrationTableText(fit.profile, loaded.setup.cluster);
   for (const std::string& note : fit.notes) std::cout << "note: " << note << "\n";
   for (const std::string& note : notes) std::cout << "note: " << note << "\n";
-  for (const std::string& warning : fit.warnings) std::cerr << "warning: implausible fit: " << warning << "\n";
+  if (!options.quiet) {
+    for (const std::string& warning : fit.warnings) std::cerr << "warning: implausible fit: " << warning << "\n";
+  }
   std::cout << fmt::format("wrote {}\n", options.output);
   return Status::Ok();
 }
@@ -131,6 +148,7 @@ CommandRunner AddCalibrateCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", options->output, "Calibration profile YAML to write")->capture_default_str();
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunCalibrate(*options);

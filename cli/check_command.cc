@@ -2,12 +2,9 @@
 // faults (an OOM at each module boundary of one rank per program, a straggler), in parallel
 // threads, printed as a table. Exit 0 when no fault hangs, 1 when some does (for CI), 2 on bad
 // input.
-#include <unistd.h>
-
-#include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +12,7 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "progress.h"
 #include "shardscope/sim/lowering/lowering.h"
 #include "shardscope/sim/hangs/check.h"
 #include "shardscope/sim/hangs/fault_sweep.h"
@@ -29,8 +27,9 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
     const size_t colon = spec.find(':');
     const auto bad = [&] {
       return Status::InvalidInput(
-          fmt::format("--straggler: expected RANK:FACTOR with 0 <= RANK < {} and FACTOR >= 1 (like 3:1.5), got '{}'",
-                      world, spec));
+          fmt::format("--straggler: expected RANK:FACTOR with 0 <= RANK < {} and 1 <= FACTOR <= {} (like 3:1.5), "
+                      "got '{}'",
+                      world, sim::kMaxRankSlowdownFactor, spec));
     };
     if (colon == std::string::npos) return bad();
     int64_t rank = -1;
@@ -46,7 +45,9 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
       return bad();
     }
     if (!sim::ValidStraggler(rank, factor, world)) return bad();
-    stragglers[static_cast<int32_t>(rank)] = factor;
+    if (!stragglers.emplace(static_cast<int32_t>(rank), factor).second) {
+      return Status::InvalidInput(fmt::format("--straggler: rank {} given twice (one factor per rank)", rank));
+    }
   }
   return stragglers;
 }
@@ -62,19 +63,9 @@ struct CheckOptions {
   double seq_len_factor = sim::FaultSweepOptions{}.seq_len_factor;
   double moe_load = sim::FaultSweepOptions{}.moe_load;
   double held_gib = static_cast<double>(sim::FaultSweepOptions{}.held_bytes) / static_cast<double>(int64_t{1} << 30);
+  bool quiet = false;
+  bool force = false;
 };
-
-// On a terminal: one bar redrawn in place. Elsewhere (logs, CI): nothing (the table follows).
-sim::FaultProgress MakeProgress() {
-  if (!isatty(STDERR_FILENO)) return {};
-  return [](size_t done, size_t total, const sim::FaultCaseResult& r) {
-    constexpr size_t kBarWidth = 24;
-    const size_t filled = total > 0 ? std::min(kBarWidth, done * kBarWidth / total) : 0;
-    std::cerr << fmt::format("\r\033[K[{:#<{}}{:<{}}] {}/{}  {}: {}", "", filled, "", kBarWidth - filled, done, total,
-                             r.fault.Label(), sim::FaultOutcomeName(r.outcome))
-              << std::flush;
-  };
-}
 
 Status RunCheck(const CheckOptions& options) {
   sim::CheckSettings settings;
@@ -84,27 +75,24 @@ Status RunCheck(const CheckOptions& options) {
   settings.moe_load = options.moe_load;
   settings.held_gib = options.held_gib;
   SHARDSCOPE_RETURN_IF_ERROR(sim::ValidateCheckSettings(settings));
-  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  Progress::Note(options.quiet, fmt::format("loading {}", options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
   const traces::Schedule& schedule = loaded.schedule;
   if (!options.ranks.empty()) {
     SHARDSCOPE_ASSIGN_OR_RETURN(settings.oom_ranks, ParseRankList(options.ranks, schedule.world_size(), "--ranks"));
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(settings.stragglers, ParseStragglers(options.stragglers, schedule.world_size()));
-  // The progress bar's line is cleared before the text that follows the sweep.
-  const sim::FaultProgress bar = MakeProgress();
-  bool bar_shown = false;
-  sim::FaultProgress progress;
-  if (bar) {
-    progress = [&](size_t done, size_t total, const sim::FaultCaseResult& r) {
-      bar_shown = true;
-      bar(done, total, r);
-    };
+  // The baseline run and the sweep each show their progress (progress.h: in place on a
+  // terminal, sparse lines in a log, nothing with -q), cleared before the text that follows.
+  std::optional<Progress> phase;
+  sim::CheckProgress progress;
+  progress.begin = [&](const std::string& what) { phase.emplace(fmt::format("check: {}", what), options.quiet); };
+  if (!options.quiet) {
+    progress.update = [&](double fraction, const std::string& detail) { phase->Update(fraction, detail); };
   }
-  const auto print = [&](const std::string& text) {
-    if (bar_shown) std::cerr << "\r\033[K" << std::flush;
-    bar_shown = false;
-    std::cout << text;
-  };
+  progress.end = [&] { phase.reset(); };
+  const auto print = [](const std::string& text) { std::cout << text; };
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::CheckRun run, sim::RunCheck(loaded, options.input, settings, print, progress));
   // main() maps every error but bad input to exit code 1, which is what a hang must return.
   if (run.verdict != sim::CheckVerdict::kSafe) return Status::Internal(run.failure);
@@ -139,6 +127,8 @@ CommandRunner AddCheckCommand(CLI::App& app) {
   cmd->add_option("--held-gib", options->held_gib,
                   "Memory-held case: GiB another process holds on the rank's GPU (0: no such case)")
       ->capture_default_str();
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
+  cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunCheck(*options);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "progress.h"
 #include "shardscope/analysis/trace_commands.h"
 
 namespace shardscope::cli {
@@ -20,9 +21,11 @@ struct DiffCommandOptions {
   std::string measured;
   std::string out_dir = "shardscope-diff";
   int top_n = 20;
-  int rank = -1;
+  int rank = -1;  // -1: every rank (the flag not given; a given --rank must be >= 0)
   bool full = false;
-  int64_t step = -1;
+  int64_t step = -1;  // -1: the median measured step (likewise)
+  bool rank_given = false, step_given = false;
+  bool quiet = false;
 };
 
 Status RunDiff(const DiffCommandOptions& options) {
@@ -31,13 +34,16 @@ Status RunDiff(const DiffCommandOptions& options) {
   request.measured = options.measured;
   request.out_dir = options.out_dir;
   request.top_n = options.top_n;
-  request.rank = options.rank;
+  if (options.rank_given) request.rank = options.rank;
   request.full = options.full;
-  request.step = options.step;
-  const auto warn = [](const std::string& warning) { std::cerr << "shardscope diff: warning: " << warning << "\n"; };
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffRun run, traces::RunDiff(request, warn));
-  if (!run.measured_step_note.empty()) std::cout << fmt::format("measured: {}\n", run.measured_step_note);
-  if (!run.predicted_step_note.empty()) std::cout << fmt::format("predicted: {}\n", run.predicted_step_note);
+  if (options.step_given) request.step = options.step;
+  traces::TraceCommandOutput output;
+  output.note = [&options](const std::string& note) { Progress::Note(options.quiet, note); };
+  if (!options.quiet) {
+    output.warn = [](const std::string& warning) { std::cerr << "shardscope diff: warning: " << warning << "\n"; };
+  }
+  output.print = [](const std::string& text) { std::cout << text; };
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffRun run, traces::RunDiff(request, output));
   std::cout << run.headline;
   return Status::Ok();
 }
@@ -56,13 +62,16 @@ CommandRunner AddDiffCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top", options->top_n, "Ops listed by contribution to the step-time difference")
       ->capture_default_str();
-  cmd->add_option("--rank", options->rank, "Compare this rank only");
-  cmd->add_option("--step", options->step,
-                  "Compare this step of a multi-step measured trace (default: its median measured step)");
+  CLI::Option* rank = cmd->add_option("--rank", options->rank, "Compare this rank only (>= 0)");
+  CLI::Option* step = cmd->add_option(
+      "--step", options->step, "Compare this step of a multi-step measured trace (default: its median measured step)");
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
   cmd->add_flag("--full", options->full,
                 "report.json lists every critical-path step (default: the --top steps holding the most time)");
-  return [cmd, options]() -> std::optional<Status> {
+  return [cmd, options, rank, step]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
+    options->rank_given = rank->count() > 0;
+    options->step_given = step->count() > 0;
     return RunDiff(*options);
   };
 }

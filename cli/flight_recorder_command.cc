@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "progress.h"
 #include "shardscope/analysis/flight_recorder_analysis.h"
 
 namespace shardscope::cli {
@@ -19,9 +20,11 @@ struct FlightRecorderOptions {
   std::string dir;
   std::string prefix;
   bool json = false;
+  bool quiet = false;
 };
 
 Status RunFlightRecorder(const FlightRecorderOptions& options) {
+  Progress::Note(options.quiet, fmt::format("reading the dumps in {}", options.dir));
   traces::FlightRecorderDirOptions dir_options;
   dir_options.prefix = options.prefix;
   SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<traces::FlightRecorderDump> dumps,
@@ -50,6 +53,7 @@ CommandRunner AddFlightRecorderCommand(CLI::App& app) {
   cmd->add_option("--prefix", options->prefix,
                   "Read only files named <prefix><rank>[.json|.pkl] (default: the prefix the dump names share)");
   cmd->add_flag("--json", options->json, "Print the hangs as JSON ({\"hangs\": [...]})");
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages on stderr");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunFlightRecorder(*options);

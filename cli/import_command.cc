@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "progress.h"
+#include "shardscope/base/output_dir.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/analysis/import.h"
 
@@ -20,16 +22,17 @@ namespace {
 struct ImportOptions {
   std::vector<std::string> traces;
   std::string out_dir = "imported";
+  bool quiet = false;
 };
 
 Status RunImport(const ImportOptions& options) {
+  Progress::Note(options.quiet, fmt::format("reading {} trace(s)", options.traces.size()));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::ImportedTrace imported, traces::ImportPytorchTraces(options.traces));
-  std::error_code error;
-  std::filesystem::create_directories(options.out_dir, error);
-  if (error) return Status::IoError(fmt::format("cannot create directory '{}': {}", options.out_dir, error.message()));
-  const std::string path = (std::filesystem::path(options.out_dir) / "trace.json").string();
-  // The writer streams into a temporary file and renames it onto `path` when it succeeds.
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteChromeTrace(imported.timeline, path));
+  // trace.json replaces the folder's previous one only when written whole (base/output_dir.h).
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, {{"trace.json"}, ""}));
+  const std::string path = out->FinalPath("trace.json");
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteChromeTrace(imported.timeline, out->StagingPath("trace.json")));
+  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
   std::cout << traces::ImportSummaryText(imported);
   std::cout << fmt::format("wrote {}\n", path);
   return Status::Ok();
@@ -45,6 +48,7 @@ CommandRunner AddImportCommand(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", options->out_dir, "Output directory")->capture_default_str();
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages on stderr");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunImport(*options);

@@ -4,7 +4,22 @@
 
 #include <fmt/format.h>
 
+#include "progress.h"
+
 namespace shardscope::cli {
+
+sim::WorkLimits WorkLimitsWith(bool force, bool quiet) {
+  sim::WorkLimits limits;
+  limits.force = force;
+  limits.warn = [quiet](const std::string& line) { Progress::Note(quiet, line); };
+  return limits;
+}
+
+LoadOptions LoadOptionsWith(bool force, bool quiet) {
+  LoadOptions options;
+  options.limits = WorkLimitsWith(force, quiet);
+  return options;
+}
 
 StatusOr<std::vector<int32_t>> ParseRankList(const std::string& text, int32_t world, const std::string& option) {
   std::vector<int32_t> ranks;
@@ -19,7 +34,11 @@ StatusOr<std::vector<int32_t>> ParseRankList(const std::string& text, int32_t wo
     if (part >> dash && (dash != '-' || !(part >> hi))) {
       return Status::InvalidInput(fmt::format("{}: expected a rank or 'A-B', got '{}'", option, item));
     }
-    if (lo < 0 || lo > hi || hi >= world) {
+    if (lo > hi) {
+      return Status::InvalidInput(
+          fmt::format("{}: '{}' is an empty range (write the lower rank first, like '{}-{}')", option, item, hi, lo));
+    }
+    if (lo < 0 || hi >= world) {
       return Status::InvalidInput(fmt::format("{}: '{}' is outside the world of {} ranks", option, item, world));
     }
     for (int64_t r = lo; r <= hi; ++r) ranks.push_back(static_cast<int32_t>(r));

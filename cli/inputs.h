@@ -1,6 +1,6 @@
 // Input handling shared by the CLI's commands: rank lists such as "0-7,12". Loading a plan
 // or a schedule JSON is sim/'s (shardscope/sim/lowering/load_input.h), named here for the
-// commands that call it.
+// commands that call it, with the load options the CLI's -q and --force give.
 #ifndef SHARDSCOPE_CLI_INPUTS_H_
 #define SHARDSCOPE_CLI_INPUTS_H_
 
@@ -14,7 +14,14 @@
 namespace shardscope::cli {
 
 using LoadedInput = sim::LoadedInput;
+using LoadOptions = sim::LoadOptions;
 using sim::LoadInput;
+
+// The size limits (work_limits.h) as a command's flags set them: `force` goes on past the
+// memory limit, `quiet` drops the warnings (printed through progress.h otherwise).
+sim::WorkLimits WorkLimitsWith(bool force, bool quiet);
+// LoadInput's options with those limits.
+LoadOptions LoadOptionsWith(bool force, bool quiet);
 
 // "0-7,12,100": ranks within a world of `world`; `option` names the flag in messages.
 StatusOr<std::vector<int32_t>> ParseRankList(const std::string& text, int32_t world, const std::string& option);

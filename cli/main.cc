@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include <unistd.h>
@@ -24,6 +25,9 @@
 #include "shardscope/sim/report/simulate_run.h"
 #include "commands.h"
 #include "inputs.h"
+#include "launcher.h"
+#include "progress.h"
+#include "shardscope/base/output_dir.h"
 #include "shardscope/sim/report/version.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/base/file_io.h"
@@ -38,8 +42,9 @@ int ExitCodeFor(const Status& status) {
   return status.code() == StatusCode::kInvalidInput ? 2 : 1;
 }
 
+// Under mpirun the message is printed once (launcher.h).
 int Fail(const Status& status) {
-  std::cerr << "shardscope: error: " << status.message() << "\n";
+  std::cerr << cli::ErrorLineForThisProcess(status);
   return ExitCodeFor(status);
 }
 
@@ -62,11 +67,27 @@ struct SimulateOptions {
   std::vector<std::string> stragglers;  // RANK:FACTOR
   std::string inject_oom;               // RANK:OP_ID
   bool quiet = false;
+  bool force = false;                   // past the work and trace-size limits (lowering/work_limits.h)
 };
 
+// What `simulate -o DIR` writes: replaced as one set (base/output_dir.h).
+const OutputSpec kSimulateOutputs{
+    {"trace.json", "report.json", "flight_recorder_rank*.json", "memory_snapshot_rank*.json",
+     "memory_snapshot_rank*.pickle"},
+    "report.json"};
+
 Status RunSimulate(const SimulateOptions& options) {
-  if (!options.quiet) std::cerr << "shardscope: loading " << options.input << "\n";
-  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input));
+  cli::Progress::Note(options.quiet, fmt::format("loading {}", options.input));
+  // The traced ranks decide what the run holds and writes: LoadInput checks it before lowering.
+  const bool by_default = options.trace_ranks == "default";
+  const auto traced_ranks = [&](int32_t world, int32_t gpus_per_node) -> StatusOr<int64_t> {
+    if (by_default) return static_cast<int64_t>(std::min(world, gpus_per_node));
+    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<int32_t> ranks, ParseTraceRanks(options.trace_ranks, world));
+    return static_cast<int64_t>(ranks.size());
+  };
+  cli::LoadOptions load = cli::LoadOptionsWith(options.force, options.quiet);
+  load.traced_ranks = traced_ranks;
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input, load));
   const traces::Schedule& schedule = loaded.schedule;
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs, sim::MakeCostProvider(schedule, loaded.setup));
   sim::SimulateRunOptions run_options;
@@ -74,42 +95,35 @@ Status RunSimulate(const SimulateOptions& options) {
   // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
   SHARDSCOPE_ASSIGN_OR_RETURN(run_options.stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
   SHARDSCOPE_ASSIGN_OR_RETURN(run_options.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
-  if (!options.quiet && isatty(STDERR_FILENO)) {
-    run_options.progress = [](double fraction) {
-      std::cerr << fmt::format("\rshardscope: simulating {:5.1f}%", 100 * fraction) << std::flush;
-    };
-    run_options.progress_done = [] { std::cerr << "\r" << std::string(40, ' ') << "\r"; };
-  }
-  if (!options.quiet) {
-    run_options.note = [](const std::string& note) { std::cerr << "shardscope: " << note << "\n"; };
-  }
+  run_options.note = [&options](const std::string& note) { cli::Progress::Note(options.quiet, note); };
 
   // Everything that can reject the input happens before anything is written.
-  if (options.trace_ranks != "default") {
+  if (!by_default) {
     SHARDSCOPE_ASSIGN_OR_RETURN(run_options.trace_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(options.out_dir, ec);
-  if (ec) return Status::IoError(fmt::format("cannot create '{}': {}", options.out_dir, ec.message()));
-
+  // Everything goes into a staging folder; the set replaces DIR's only when all is written.
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, kSimulateOutputs));
   traces::TraceInfo info;
   info.world_size = schedule.world_size();
   info.producer = fmt::format("shardscope {} simulate", sim::Version());
-  const std::string trace_path = (std::filesystem::path(options.out_dir) / "trace.json").string();
-  SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(trace_path, info));
+  const std::string trace_path = out->FinalPath("trace.json");
+  SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(out->StagingPath("trace.json"), info));
 
-  if (!options.quiet) {
-    std::cerr << fmt::format("shardscope: simulating {} ranks, {} ops per rank\n", schedule.world_size(),
-                             schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size());
-  }
+  cli::Progress progress(fmt::format("simulating {} ranks, {} ops per rank", schedule.world_size(),
+                                     schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size()),
+                         options.quiet);
+  if (!options.quiet) run_options.progress = [&progress](double fraction) { progress.Update(fraction); };
+  run_options.progress_done = [&progress] { progress.Done(); };
+  // The dumps and snapshots go into the staging folder beside trace.json.
   const auto write_file = [&](const std::string& name, const std::string& content) {
-    return traces::WriteFileAtomically((std::filesystem::path(options.out_dir) / name).string(), content);
+    return traces::WriteFileAtomically(out->StagingPath(name), content);
   };
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulateRun run, sim::RunSimulation(loaded, run_options, *writer, write_file));
   SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
-  const std::string report_path = (std::filesystem::path(options.out_dir) / "report.json").string();
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(report_path, run.report_json));
+  const std::string report_path = out->FinalPath("report.json");
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(out->StagingPath("report.json"), run.report_json));
+  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
   std::cout << sim::SimulateSummaryText(loaded, run);
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);
   const std::vector<int32_t>& dumped = run.flight_recorder_ranks;
@@ -122,15 +136,15 @@ Status RunSimulate(const SimulateOptions& options) {
 }
 
 // `simulate --compare A B`: both simulated without traces, the summaries side by side.
-Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
+Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force) {
   struct Run {
     cli::LoadedInput loaded;
     sim::SimulationResult result;
   };
   std::vector<Run> runs;
   for (const std::string& input : inputs) {
-    if (!quiet) std::cerr << "shardscope: simulating " << input << "\n";
-    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
+    cli::Progress::Note(quiet, fmt::format("simulating {}", input));
+    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptionsWith(force, quiet)));
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::SimulateUntraced(loaded));
     runs.push_back(Run{std::move(loaded), std::move(result)});
   }
@@ -141,8 +155,8 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet) {
   return Status::Ok();
 }
 
-Status RunSchedule(const std::string& input, const std::string& output, bool listing, int32_t rank) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input));
+Status RunSchedule(const std::string& input, const std::string& output, bool listing, int32_t rank, bool force) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptionsWith(force, false)));
   if (listing) {
     if (rank < 0 || rank >= loaded.schedule.world_size()) {
       return Status::InvalidInput(fmt::format("{}: --rank {} is outside the world of {} ranks", input, rank,
@@ -259,7 +273,9 @@ int main(int argc, char** argv) {
                            "The summary says what it costs (one more run without it)");
   simulate_cmd->add_option("--inject-oom", simulate.inject_oom,
                            "RANK:OP_ID: that allocate op fails as an out-of-memory (the fault of `check`; `run` takes the same)");
-  simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages on stderr");
+  simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages or warnings on stderr");
+  simulate_cmd->add_flag("--force", simulate.force,
+                         "Go on past the size limits (a schedule over 8 GiB in memory, a trace.json over 2 GiB)");
 
   std::string schedule_input, schedule_output;
   bool schedule_listing = false;
@@ -274,6 +290,8 @@ int main(int argc, char** argv) {
                          "Write a human-readable listing of one rank's program (ops, streams, waits, "
                          "allocations) instead of the JSON");
   schedule_cmd->add_option("--rank", schedule_rank, "Rank whose program --listing shows")->capture_default_str();
+  bool schedule_force = false;
+  schedule_cmd->add_flag("--force", schedule_force, "Go on past the size limit (a schedule over 8 GiB in memory)");
 
   AllocTraceOptions alloc;
   CLI::App* alloc_replay_cmd = app.add_subcommand(
@@ -322,28 +340,38 @@ int main(int argc, char** argv) {
   }
 
   Status status;
-  if (*simulate_cmd) {
-    if (!compare_inputs.empty()) {
-      status = RunCompare(compare_inputs, simulate.quiet);
-    } else if (simulate.input.empty()) {
-      status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
-    } else {
-      status = RunSimulate(simulate);
+  // Out of memory anywhere below: one message and exit 1, never an abort. The work limits
+  // (sim/lowering/work_limits.h) refuse what is known to be too big; this is for what they miss.
+  try {
+    if (*simulate_cmd) {
+      if (!compare_inputs.empty()) {
+        status = RunCompare(compare_inputs, simulate.quiet, simulate.force);
+      } else if (simulate.input.empty()) {
+        status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
+      } else {
+        status = RunSimulate(simulate);
+      }
     }
-  }
-  if (*schedule_cmd) status = RunSchedule(schedule_input, schedule_output, schedule_listing, schedule_rank);
-  if (*alloc_replay_cmd) {
-    status = !snapshot_input.empty() ? shardscope::cli::RunAllocReplaySnapshot(snapshot_input, alloc.replay_json,
-                                                                              snapshot_device_bytes)
-             : alloc.replay_input.empty() ? shardscope::Status::InvalidInput("alloc-replay: expected TRACE.json or --snapshot FILE.pickle")
-                                          : RunAllocReplay(alloc);
-  }
-  if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
-  if (std::optional<Status> ran = memory_runner()) status = *ran;
-  if (std::optional<Status> ran = fit_runner()) status = *ran;
-  if (std::optional<Status> ran = check_runner()) status = *ran;
-  for (const auto& runner : more_runners) {
-    if (std::optional<Status> ran = runner()) status = *ran;
+    if (*schedule_cmd) {
+      status = RunSchedule(schedule_input, schedule_output, schedule_listing, schedule_rank, schedule_force);
+    }
+    if (*alloc_replay_cmd) {
+      status = !snapshot_input.empty() ? shardscope::cli::RunAllocReplaySnapshot(snapshot_input, alloc.replay_json,
+                                                                                snapshot_device_bytes)
+               : alloc.replay_input.empty() ? shardscope::Status::InvalidInput("alloc-replay: expected TRACE.json or --snapshot FILE.pickle")
+                                            : RunAllocReplay(alloc);
+    }
+    if (*alloc_trace_cmd) status = RunAllocTrace(alloc);
+    if (std::optional<Status> ran = memory_runner()) status = *ran;
+    if (std::optional<Status> ran = fit_runner()) status = *ran;
+    if (std::optional<Status> ran = check_runner()) status = *ran;
+    for (const auto& runner : more_runners) {
+      if (std::optional<Status> ran = runner()) status = *ran;
+    }
+  } catch (const std::bad_alloc&) {
+    std::cerr << "shardscope: error: out of memory (the input is larger than this machine can hold; a smaller "
+                 "plan, fewer traced ranks, or a machine with more memory)\n";
+    return 1;
   }
   return status.ok() ? 0 : Fail(status);
 }

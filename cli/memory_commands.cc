@@ -20,7 +20,9 @@
 
 #include "commands.h"
 #include "inputs.h"
+#include "progress.h"
 #include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/lowering/work_limits.h"
 #include "shardscope/sim/memory/memory_report.h"
 #include "shardscope/sim/memory/memory_text.h"
 #include "shardscope/sim/plan/plan.h"
@@ -40,10 +42,15 @@ struct MemoryOptions {
   std::string input;
   std::string ranks;  // empty: the default ranks
   bool json = false;
+  bool quiet = false;
+  bool force = false;
 };
 
 Status RunMemory(const MemoryOptions& options) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
+  Progress::Note(options.quiet, fmt::format("simulating the memory of {} ({} ranks)", options.input,
+                                            loaded.schedule.world_size()));
   const traces::Schedule& schedule = loaded.schedule;
   const sim::SimulationSetup& setup = loaded.setup;
   std::vector<sim::MemoryBreakdown> breakdowns;
@@ -68,6 +75,8 @@ struct FitOptions {
   std::string plan;
   std::string search;
   int64_t max_micro_batch = sim::kDefaultFitMaxMicroBatch;
+  bool quiet = false;
+  bool force = false;
 };
 
 std::string CandidateLabel(const sim::FitCandidate& c) {
@@ -79,19 +88,12 @@ std::string Verdict(const sim::FitCandidate& c) {
   return c.fits ? fmt::format("fits (peak {:.2f} GiB)", GiB(c.peak_reserved_bytes)) : "does not fit: " + c.note;
 }
 
-// On a terminal: one bar redrawn in place. Elsewhere (logs, CI): one line per candidate.
-sim::FitProgress MakeProgress() {
-  if (!isatty(STDERR_FILENO)) {
-    return [](int done, int total, const sim::FitCandidate& c) {
-      std::cerr << fmt::format("shardscope: fit [{}/~{}] {}: {}\n", done, total, CandidateLabel(c), Verdict(c));
-    };
-  }
-  return [](int done, int total, const sim::FitCandidate& c) {
-    constexpr int kBarWidth = 24;
-    const int filled = total > 0 ? std::min(kBarWidth, done * kBarWidth / total) : 0;
-    std::cerr << fmt::format("\r\033[K[{:#<{}}{:<{}}] {}/~{}  micro-batch {} {}", "", filled, "", kBarWidth - filled,
-                             done, total, c.micro_batch_size, c.fits ? "fits" : "does not fit")
-              << std::flush;
+// Each candidate as it is decided (progress.h: in place on a terminal, sparse lines in a log,
+// nothing with -q).
+sim::FitProgress MakeProgress(Progress& progress) {
+  return [&progress](int done, int total, const sim::FitCandidate& c) {
+    progress.Update(total > 0 ? static_cast<double>(done) / total : 0,
+                    fmt::format("{}/~{}: {}: {}", done, total, CandidateLabel(c), Verdict(c)));
   };
 }
 
@@ -102,10 +104,13 @@ Status RunFit(const FitOptions& options) {
         "--search: expected micro_batch_size or activation_checkpointing, got '{}'", options.search));
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::LoadPlanFile(options.plan));
-  const bool terminal = isatty(STDERR_FILENO);
+  // Every candidate lowers the plan: too big a one is refused before the first.
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::WorkEstimate work, sim::EstimatePlanWork(plan));
+  SHARDSCOPE_RETURN_IF_ERROR(sim::CheckWork(work, options.plan, WorkLimitsWith(options.force, options.quiet)));
+  Progress progress(fmt::format("fit: searching {}", options.search), options.quiet);
   SHARDSCOPE_ASSIGN_OR_RETURN(sim::FitResult fit,
-                              sim::FitSearch(plan, *dimension, options.max_micro_batch, MakeProgress()));
-  if (terminal) std::cerr << "\r\033[K" << std::flush;
+                              sim::FitSearch(plan, *dimension, options.max_micro_batch, MakeProgress(progress)));
+  progress.Done();
 
   std::cout << sim::FitReportText(options.plan, fit);
   // main() maps every error but bad input to exit code 1, which is what "nothing fits" must
@@ -124,6 +129,8 @@ CommandRunner AddMemoryCommand(CLI::App& app) {
   cmd->add_option("--ranks", options->ranks,
                   "Ranks to show, like '0,5' or '0-3' (default: rank 0 and the rank with the highest peak)");
   cmd->add_flag("--json", options->json, "Print the breakdowns as JSON");
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
+  cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunMemory(*options);
@@ -138,6 +145,8 @@ CommandRunner AddFitCommand(CLI::App& app) {
   cmd->add_option("--search", options->search, "What to search: micro_batch_size or activation_checkpointing")
       ->required();
   cmd->add_option("--max", options->max_micro_batch, "Largest micro-batch size to try")->capture_default_str();
+  cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
+  cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunFit(*options);

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "launcher.h"
 #include "inputs.h"
 #include "shardscope/profiler/activity.h"
 #include "shardscope/profiler/capture_json.h"
@@ -104,33 +106,78 @@ int64_t SteadyNowNs() {
       .count();
 }
 
-// One rank's CUPTI capture (docs/PROFILER.md, "Wiring run --profile"): the source is enabled
-// before the first measured step and finalized after the last one, flushed after each; the op
-// hooks push op ids only while it captures (the --cuda-graph replay after it is not recorded).
-// Every hook runs on the rank's host thread.
-class CuptiProfile {
+// One rank's CUPTI capture (docs/PROFILER.md, "Wiring run --profile"). CUPTI is started
+// (the source created, its kinds enabled: CUPTI initializes there) before the run, on every
+// rank, and the ranks agree on the outcome before any of them runs (RunRun): a rank cannot
+// find out alone, in a step, that it cannot capture. Records of the setup and warm-up steps
+// are flushed and dropped (the capture is the sink that gates them); the collector takes the
+// measured steps' records, flushed after each step, and CUPTI is finalized after the last.
+// A failure once the run is under way (a flush, a stream id) stops this rank's capture with a
+// warning and never the rank: its peers would wait for it in NCCL. Its part is then empty and
+// rank 0 writes the host timeline instead. The op hooks push op ids only while it captures
+// (the --cuda-graph replay after it is not recorded). Every hook runs on the rank's host thread.
+class CuptiProfile final : public profiler::ActivitySink {
  public:
-  CuptiProfile(const traces::Schedule& schedule, int32_t warmup, int32_t steps, int64_t offset_to_rank_zero_ns)
-      : schedule_(schedule), warmup_(warmup), steps_(steps), offset_ns_(offset_to_rank_zero_ns) {}
+  CuptiProfile(const traces::Schedule& schedule, int32_t rank, int32_t warmup, int32_t steps,
+               int64_t offset_to_rank_zero_ns)
+      : schedule_(schedule), rank_(rank), warmup_(warmup), steps_(steps), offset_ns_(offset_to_rank_zero_ns) {}
+
+  // Creates the source and enables its kinds. Fails as CUPTI does (no driver, no libcupti,
+  // insufficient privileges, another profiler attached).
+  Status Start() {
+    StatusOr<std::unique_ptr<profiler::ActivitySource>> source = profiler::CreateCuptiActivitySource(*this, {});
+    if (!source.ok()) return source.status();
+    source_ = std::move(*source);
+    if (Status enabled = source_->Enable(profiler::kDefaultActivityKinds); !enabled.ok()) {
+      (void)source_->Finalize();
+      source_.reset();
+      return enabled;
+    }
+    return Status::Ok();
+  }
+  // Another rank could not start: this one stops too (no timeline of some ranks only).
+  void Abandon() {
+    if (source_) (void)source_->Finalize();
+    source_.reset();
+  }
 
   runtime::OpHooks Hooks() {
     runtime::OpHooks hooks;
     hooks.streams_created = [this](int32_t rank, const std::vector<void*>& streams) -> Status {
       rank_ = rank;
-      for (size_t s = 0; s < streams.size(); ++s) {
-        SHARDSCOPE_ASSIGN_OR_RETURN(uint32_t id, profiler::CuptiStreamId(streams[s]));
-        stream_map_[id] = static_cast<int32_t>(s);
+      for (size_t s = 0; s < streams.size() && !broken_; ++s) {
+        StatusOr<uint32_t> id = profiler::CuptiStreamId(streams[s]);
+        if (!id.ok()) {
+          Stop(id.status());
+          break;
+        }
+        stream_map_[*id] = static_cast<int32_t>(s);
       }
       return Status::Ok();
     };
-    hooks.before_step = [this](int32_t, bool measured) { return measured && !source_ ? Start() : Status::Ok(); };
+    hooks.before_step = [this](int32_t step, bool measured) -> Status {
+      if (!broken_ && measured && !capturing_ && step == warmup_) BeginCapture();
+      return Status::Ok();
+    };
     hooks.after_step = [this](int32_t step, bool measured) -> Status {
+      if (broken_ || !source_) return Status::Ok();
+      // The device is synchronized (the step ended with cudaDeviceSynchronize): every record
+      // of the step is complete, so the flush delivers all of them (and, before the measured
+      // steps, drops them).
+      if (Status flushed = source_->Flush(); !flushed.ok()) {
+        Stop(flushed);
+        return Status::Ok();
+      }
       if (!measured || !capturing_) return Status::Ok();
-      SHARDSCOPE_RETURN_IF_ERROR(source_->Flush());
       Sample();
-      // The device is synchronized (the step ended with cudaDeviceSynchronize), as
-      // cuptiFinalize requires.
-      return step == warmup_ + steps_ - 1 ? Stop() : Status::Ok();
+      if (step == warmup_ + steps_ - 1) {
+        // Finalize's forced flush still delivers to the collector; nothing is issued meanwhile.
+        Sample();
+        const Status finalized = source_->Finalize();
+        capturing_ = false;
+        if (!finalized.ok()) Stop(finalized);
+      }
+      return Status::Ok();
     };
     hooks.before_issue = [this](int64_t op_id) {
       if (capturing_) issue_.before_issue(op_id);
@@ -141,11 +188,21 @@ class CuptiProfile {
     return hooks;
   }
 
+  // The gate: only the measured steps' records reach the collector.
+  void OnActivities(std::span<const profiler::ActivityRecord> batch) override {
+    if (capturing_ && collector_) collector_->OnActivities(batch);
+  }
+
   // This rank's capture and source stats, as JSON for the gather to rank 0; also kept as
-  // DIR/cupti/rank_<r>.json. Clock samples are on rank 0's host clock (offset applied).
+  // DIR/cupti/rank_<r>.json. Clock samples are on rank 0's host clock (offset applied). Empty
+  // when this rank has no complete capture.
   StatusOr<std::string> Finish(const std::string& out_dir) {
-    if (capturing_) SHARDSCOPE_RETURN_IF_ERROR(Stop());  // the run stopped early (OOM)
-    if (!source_) return std::string();
+    if (capturing_) {  // the run stopped early (OOM)
+      const Status finalized = source_->Finalize();
+      capturing_ = false;
+      if (!finalized.ok()) Stop(finalized);
+    }
+    if (!source_ || !collector_ || broken_) return std::string();
     profiler::ActivityCapture capture;
     capture.rank = rank_;
     capture.dropped_records = source_->DroppedRecords();
@@ -166,6 +223,7 @@ class CuptiProfile {
       by_kind[std::string(profiler::ActivityKindName(static_cast<profiler::ActivityKind>(k)))] =
           stats.records_by_kind[k];
     }
+    // The source's counts include the setup's and warm-up steps' records, flushed and dropped.
     out["source_stats"] = {{"records_by_kind", by_kind},
                            {"dropped_records", stats.dropped_records},
                            {"buffers_requested", stats.buffers_requested},
@@ -177,36 +235,44 @@ class CuptiProfile {
   }
 
  private:
-  Status Start() {
+  void BeginCapture() {
     profiler::CollectorOptions options;
     options.rank = rank_;
     options.stream_map = stream_map_;
     options.first_step = warmup_;
-    SHARDSCOPE_ASSIGN_OR_RETURN(collector_, profiler::ActivityCollector::Create(schedule_, options));
-    SHARDSCOPE_ASSIGN_OR_RETURN(source_, profiler::CreateCuptiActivitySource(*collector_, {}));
-    SHARDSCOPE_RETURN_IF_ERROR(source_->Enable(profiler::kDefaultActivityKinds));
+    StatusOr<std::unique_ptr<profiler::ActivityCollector>> collector =
+        profiler::ActivityCollector::Create(schedule_, options);
+    if (!collector.ok()) {
+      Stop(collector.status());
+      return;
+    }
+    collector_ = std::move(*collector);
     issue_ = profiler::MakeOpIssueCallbacks(*source_);
     Sample();
     capturing_ = true;
-    return Status::Ok();
   }
-  Status Stop() {
+  // This rank captures no more; the run goes on.
+  void Stop(const Status& why) {
+    if (broken_) return;
+    broken_ = true;
     capturing_ = false;
-    Sample();
-    return source_->Finalize();
+    std::cerr << fmt::format("shardscope run: rank {}: {}\n", rank_,
+                             profiler::FallbackWarning(why.WithContext("CUPTI capture stopped")));
+    if (source_) (void)source_->Finalize();
   }
   void Sample() { samples_.push_back({source_->Timestamp(), SteadyNowNs() + offset_ns_}); }
 
   const traces::Schedule& schedule_;
+  int32_t rank_;
   const int32_t warmup_, steps_;
   const int64_t offset_ns_;
-  int32_t rank_ = 0;
   std::map<uint32_t, int32_t> stream_map_;
   std::unique_ptr<profiler::ActivityCollector> collector_;
   std::unique_ptr<profiler::ActivitySource> source_;
   profiler::OpIssueCallbacks issue_;
   std::vector<profiler::ClockSample> samples_;
   bool capturing_ = false;
+  bool broken_ = false;
 };
 
 nlohmann::ordered_json CollectorReportJson(const profiler::CollectorReport& report) {
@@ -278,6 +344,7 @@ struct RunCommandOptions {
   bool cuda_graph = false;
   bool profile = false;
   bool quiet = false;
+  bool force = false;
 };
 
 Status RunRun(const RunCommandOptions& options) {
@@ -287,8 +354,16 @@ Status RunRun(const RunCommandOptions& options) {
   const bool cuda = options.backend == "cuda";
   if (options.cuda_graph && !cuda) return Status::InvalidInput("--cuda-graph needs --backend cuda");
   if (cuda) {
-    // Before anything is read or written: a machine without a driver or a device (or a build
-    // without the backend) fails here with "no CUDA device: <cuda error>" and writes nothing.
+    // Before anything is read or written: the options' own errors (--warmup 0 ...), then a
+    // machine without the CUDA libraries, a driver or a device (or a build without the
+    // backend) fails here ("needs libnccl.so.2 ...", "no CUDA device: <cuda error>") and
+    // writes nothing.
+    runtime::CudaRunOptions checked;
+    checked.common.steps = options.steps;
+    checked.common.warmup = options.warmup;
+    checked.common.timeout_s = options.timeout_s;
+    checked.cuda_graph = options.cuda_graph;
+    SHARDSCOPE_RETURN_IF_ERROR(runtime::CheckCudaRunOptions(checked));
     SHARDSCOPE_RETURN_IF_ERROR(runtime::CudaDeviceCount().status());
   }
   constexpr double kBytesPerGiB = double(int64_t{1} << 30);
@@ -298,7 +373,8 @@ Status RunRun(const RunCommandOptions& options) {
   }
   // Every rank loads and checks the input the same way, so bad input fails on all of them
   // before any collective.
-  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded, LoadInput(options.input));
+  SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
   runtime::RunOptions run;
   run.source = options.input;
   run.out_dir = options.out_dir;
@@ -311,25 +387,40 @@ Status RunRun(const RunCommandOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(run.inject_oom, ParseInjectedOom(options.inject_oom, loaded.schedule));
 
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::MpiSession> mpi, runtime::MpiSession::Init());
+  // From here a rank may fail alone: its errors are its own (launcher.h).
+  MarkRanksDiverged();
   if (mpi->rank() == 0 && !options.quiet) {
     std::cerr << fmt::format("shardscope: running {} on {} process(es), {} backend\n", options.input,
                              mpi->world_size(), options.backend);
   }
   // One rank per process unless one process drives every GPU (MPI singleton, world > 1).
   const int32_t ranks_here = mpi->world_size() == 1 ? loaded.schedule.world_size() : 1;
-  runtime::ProfileDecision profile = runtime::DecideProfileMode(
-      options.profile, cuda, ranks_here,
-      options.profile && cuda && ranks_here == 1 ? profiler::ProbeCuptiCapture() : Status::Ok());
+  runtime::ProfileDecision profile = runtime::DecideProfileMode(options.profile, cuda, ranks_here, Status::Ok());
   std::unique_ptr<CuptiProfile> cupti;
   if (options.profile && cuda) {
     // Every rank takes part (a rank whose probe failed too), at a quiet point before the run
     // (clock_alignment.h recommends 16 rounds).
     SHARDSCOPE_ASSIGN_OR_RETURN(profiler::ClockOffsetEstimate offset,
                                 profiler::SyncClockToRankZeroOverMpi(16, SteadyNowNs));
+    // CUPTI is started here, before the run, and the ranks agree on the outcome: capture runs
+    // on every rank or on none.
+    Status started = Status::Ok();
+    if (ranks_here == 1) {
+      cupti = std::make_unique<CuptiProfile>(loaded.schedule, mpi->rank(), options.warmup, options.steps,
+                                             offset.offset_ns);
+      started = cupti->Start();
+    }
+    SHARDSCOPE_ASSIGN_OR_RETURN(const bool all_started, mpi->AllRanks(started.ok()));
+    if (started.ok() && !all_started) {
+      started = Status::IoError("CUPTI capture unavailable: it could not start on another rank (that rank's warning "
+                                "says why)");
+    }
+    profile = runtime::DecideProfileMode(options.profile, cuda, ranks_here, started);
     if (profile.mode == runtime::ProfileMode::kCupti) {
-      cupti = std::make_unique<CuptiProfile>(loaded.schedule, options.warmup, options.steps, offset.offset_ns);
       run.hooks = cupti->Hooks();
     } else {
+      if (cupti) cupti->Abandon();
+      cupti.reset();
       std::cerr << fmt::format("shardscope run: rank {}: {}\n", mpi->rank(), profiler::FallbackWarning(profile.reason));
     }
   }
@@ -393,7 +484,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
       "--backend host runs it without a GPU: streams as threads, MPI collectives on host buffers, the simulator's "
       "allocator policy, kernels busy-waiting their predicted time x --time-scale. It checks execution semantics "
       "(ordering, collectives, memory, hangs), not performance. --backend cuda runs it on GPUs with proxy kernels of "
-      "the schedule's shapes and NCCL. Writes DIR/report.json and DIR/host_timeline.json (when the host issued each "
+      "the schedule's shapes and NCCL (libcudart, libcublasLt and libnccl are opened then, not needed by anything else). Writes DIR/report.json and DIR/host_timeline.json (when the host issued each "
       "op); a hang "
       "writes DIR/flight_recorder/rank_<r>.json and aborts the job");
   cmd->add_option("input", options->input, "Plan YAML or schedule JSON")->required()->check(CLI::ExistingFile);
@@ -407,11 +498,15 @@ CommandRunner AddRunCommand(CLI::App& app) {
   cmd->add_flag("--profile", options->profile,
                 "Also write the measured timeline DIR/trace.json (`shardscope diff PREDICTED DIR` reads it). "
                 "--backend cuda: CUPTI device records per rank (kernels, copies, syncs, API calls tagged with op "
-                "ids), raw captures in DIR/cupti/rank_<r>.json, counts in report.json \"profile\"; where CUPTI "
-                "cannot run it warns and writes the host timeline instead. --backend host: the host timeline "
+                "ids) of the measured steps, raw captures in DIR/cupti/rank_<r>.json, counts in report.json "
+                "\"profile\"; CUPTI starts before the run on every rank or on none: where it cannot it warns and "
+                "writes the host timeline instead. --backend host: the host timeline "
                 "(no CUPTI)");
   cmd->add_option("--steps", options->steps, "Measured steps")->capture_default_str();
-  cmd->add_option("--warmup", options->warmup, "Steps run before the measured ones")->capture_default_str();
+  cmd->add_option("--warmup", options->warmup,
+                  "Steps run before the measured ones (--backend cuda: at least 1; the first step on a GPU loads "
+                  "kernels and connects NCCL peers)")
+      ->capture_default_str();
   cmd->add_option("--timeout", options->timeout_s,
                   "Watchdog: seconds without any op completing on a rank before it dumps its flight recorder and "
                   "aborts the job")
@@ -425,6 +520,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
   cmd->add_option("--device-memory-gb", options->device_memory_gb,
                   "Allocator capacity per rank in GiB (default: the schedule's GPU memory minus the CUDA context)");
   cmd->add_flag("-q,--quiet", options->quiet, "No progress messages on stderr");
+  cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunRun(*options);

@@ -1,3 +1,10 @@
+# Floating-point results must not depend on the compiler: a fused multiply-add rounds once where
+# a multiply then an add round twice, so a compiler (or target) that contracts a * b + c into an
+# FMA changes the last bits of a duration, and an int64 ns timestamp or a golden file with it.
+# GCC in ISO mode (-std=c++20) already does not contract; clang's default is "on", and -march
+# flags with FMA make it matter: off everywhere, for C++ (CUDA code is cmake/Cuda.cmake's).
+add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
+
 # Warnings are errors in our own code only; third-party headers come in as SYSTEM.
 function(shardscope_warnings target)
   target_compile_options(${target} PRIVATE

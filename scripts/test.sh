@@ -30,10 +30,10 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   # Only the fuzz targets (and the libraries they link): the runtime, profiler and CLI are
   # built and tested by the two configurations above.
   cmake --build build-fuzz -j "$jobs" --target schedule_reader_fuzz trace_reader_fuzz trace_gzip_fuzz plan_loader_fuzz \
-    plan_sources_fuzz pickle_reader_fuzz flight_recorder_fuzz snapshot_reader_fuzz
+    plan_sources_fuzz pickle_reader_fuzz flight_recorder_fuzz snapshot_reader_fuzz simulate_fuzz
   for target in schedule_reader_fuzz:schedule trace_reader_fuzz:trace trace_gzip_fuzz:trace_gzip plan_loader_fuzz:plan \
       plan_sources_fuzz:plan_sources pickle_reader_fuzz:pickle flight_recorder_fuzz:flight_recorder \
-      snapshot_reader_fuzz:snapshot; do
+      snapshot_reader_fuzz:snapshot simulate_fuzz:simulate; do
     name=${target%%:*}
     corpus=${target##*:}
     work=$(mktemp -d)

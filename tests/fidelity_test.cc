@@ -4,6 +4,12 @@
 // row recorded as a known gap comes back within it (the table in the docs must stay true).
 // Published figures judge the model; no constant is fitted to them.
 //
+// Two kinds of row: a plan (tests/fidelity/<plan>.yaml) simulated whole, or one collective
+// (`collective`, `bytes`, `cluster`, `nodes`, optional `nccl` as in a plan's cluster.nccl)
+// costed by the cost provider a simulation of that cluster uses, and scored as nccl-tests
+// scores it (metric busbw_gbps: algbw = S / t, busbw = algbw x 2(n-1)/n for all_reduce,
+// (n-1)/n for all_gather and reduce_scatter; doc/PERFORMANCE.md of NVIDIA/nccl-tests).
+//
 // SHARDSCOPE_FIDELITY_TABLE=path writes the Markdown table there too
 // (scripts/regen-fidelity.sh splices it into docs/FIDELITY.md).
 #include <gtest/gtest.h>
@@ -23,6 +29,7 @@
 #include <vector>
 
 #include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/models/cost_provider.h"
 #include "shardscope/sim/plan/plan.h"
 #include "shardscope/sim/report/report.h"
 
@@ -34,6 +41,10 @@ const std::string kDir = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/fidelity/"
 struct Row {
   std::string id, plan, source, setup, metric, note, known_gap;
   std::string numerator, denominator;  // metric "ratio": tokens/s of one row over another's
+  // A collective row: what nccl-tests ran (nccl: the cluster.nccl mapping, in YAML flow form).
+  std::string collective, cluster, nccl;
+  int64_t bytes = 0;
+  int32_t nodes = 1;
   double published = 0;
   double tolerance = 0;  // relative; 0 = not judged (shown for information)
 };
@@ -56,6 +67,15 @@ std::vector<Row> ReadRows() {
     r.known_gap = Field(n, "known_gap");
     r.numerator = Field(n, "numerator");
     r.denominator = Field(n, "denominator");
+    r.collective = Field(n, "collective");
+    r.cluster = Field(n, "cluster");
+    if (n["bytes"]) r.bytes = n["bytes"].as<int64_t>();
+    if (n["nodes"]) r.nodes = n["nodes"].as<int32_t>();
+    if (n["nccl"]) {
+      YAML::Emitter flow;
+      flow << YAML::Flow << n["nccl"];
+      r.nccl = flow.c_str();
+    }
     r.published = n["published"].as<double>();
     r.tolerance = n["tolerance"] ? n["tolerance"].as<double>() : 0.0;
     rows.push_back(r);
@@ -80,7 +100,7 @@ const nlohmann::json& Report(const std::string& plan_file) {
       if (setup.ok()) {
         sim::ClusterCostProvider costs(*schedule, setup->cluster);
         StatusOr<sim::SimulationResult> result =
-            sim::Simulate(*schedule, costs, sim::EngineConfigFor(*setup, schedule->world_size()), nullptr);
+            sim::Simulate(*schedule, costs, sim::EngineConfigFor(*setup, *schedule), nullptr);
         EXPECT_TRUE(result.ok()) << result.status().message();
         if (result.ok()) report = nlohmann::json::parse(sim::ReportJson(*schedule, *setup, *result));
       }
@@ -89,8 +109,36 @@ const nlohmann::json& Report(const std::string& plan_file) {
   return reports.emplace(plan_file, std::move(report)).first->second;
 }
 
+// nccl-tests' busbw of one collective on a cluster, through the plan parser (so the row's
+// `nccl` mapping is read as a plan's cluster.nccl is) and the simulation's cost provider.
+std::optional<double> CollectiveBusbw(const Row& row) {
+  const std::string text =
+      fmt::format("model: llama3-8b\ncluster: {{preset: {}, nodes: {}{}}}\nstrategy: ddp\n", row.cluster, row.nodes,
+                  row.nccl.empty() ? "" : ", nccl: " + row.nccl);
+  StatusOr<sim::Plan> plan = sim::ParsePlan(text, row.id);
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  const std::optional<traces::CollectiveType> type = traces::ParseCollectiveType(row.collective);
+  EXPECT_TRUE(type.has_value()) << row.id << ": unknown collective " << row.collective;
+  if (!plan.ok() || !type) return std::nullopt;
+  const int32_t n = plan->cluster.world_size();
+  traces::Schedule schedule;
+  traces::Communicator world{"world", {}};
+  for (int32_t r = 0; r < n; ++r) world.ranks.push_back(r);
+  schedule.communicators.push_back(world);
+  const sim::ClusterCostProvider costs(schedule, plan->cluster);
+  const sim::CollectiveCost cost = costs.Collective(*type, row.bytes, 0);
+  if (cost.duration_ns <= 0) return std::nullopt;
+  const double algbw_gbps = static_cast<double>(row.bytes) / static_cast<double>(cost.duration_ns);
+  const double factor = *type == traces::CollectiveType::kAllReduce ? 2.0 * (n - 1) / n
+                        : *type == traces::CollectiveType::kAllGather || *type == traces::CollectiveType::kReduceScatter
+                            ? static_cast<double>(n - 1) / n
+                            : 1.0;
+  return algbw_gbps * factor;
+}
+
 // The row's predicted figure (nullopt when the run did not complete: an OOM, a hang).
 std::optional<double> Predicted(const Row& row, const std::map<std::string, const Row*>& by_id) {
+  if (row.metric == "busbw_gbps") return CollectiveBusbw(row);
   if (row.metric == "ratio") {
     const auto a = by_id.find(row.numerator), b = by_id.find(row.denominator);
     if (a == by_id.end() || b == by_id.end()) return std::nullopt;
@@ -101,6 +149,12 @@ std::optional<double> Predicted(const Row& row, const std::map<std::string, cons
     return x / y;
   }
   const nlohmann::json& report = Report(row.plan);
+  // A published verdict: 1 when the job completes its step, 0 when it runs out of memory (in
+  // the init phase or the step) or hangs.
+  if (row.metric == "fits") {
+    if (report.is_null()) return std::nullopt;
+    return report.value("completed", false) ? 1.0 : 0.0;
+  }
   if (report.is_null() || !report.value("completed", false)) {
     if (row.metric == "peak_reserved_gib" && !report.is_null()) {
       return static_cast<double>(report["memory"]["peak_reserved_bytes"].get<int64_t>()) / (1 << 30);
@@ -144,7 +198,11 @@ TEST(Fidelity, PublishedResultsWithinTheirTolerance) {
     const std::optional<double> predicted = Predicted(row, by_id);
     std::string error_text = "—", status;
     double error = 0;
-    if (predicted) {
+    const bool verdict = row.metric == "fits";
+    if (predicted && verdict) {
+      error = *predicted - row.published;  // 0: the verdicts agree
+      error_text = error == 0 ? "agrees" : "differs";
+    } else if (predicted) {
       error = *predicted / row.published - 1;
       error_text = fmt::format("{:+.1f}%", 100 * error);
     }
@@ -161,10 +219,12 @@ TEST(Fidelity, PublishedResultsWithinTheirTolerance) {
       EXPECT_TRUE(within) << row.id << ": predicted " << (predicted ? Figure(*predicted) : "nothing (did not complete)")
                           << " against " << row.published << " (tolerance ±" << 100 * row.tolerance << "%)";
     }
-    if (judged && predicted) judged_errors.push_back(std::abs(error));
+    if (judged && predicted && !verdict) judged_errors.push_back(std::abs(error));
     table += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", row.id, row.source, row.setup, row.metric,
-                         Figure(row.published), predicted ? Figure(*predicted) : "did not complete", error_text,
-                         judged ? fmt::format("±{:.0f}%", 100 * row.tolerance) : "—", status);
+                         verdict ? (row.published > 0 ? "fits" : "OOM") : Figure(row.published),
+                         !predicted ? "did not complete" : verdict ? (*predicted > 0 ? "fits" : "OOM") : Figure(*predicted),
+                         error_text, judged ? (verdict ? "verdict" : fmt::format("±{:.0f}%", 100 * row.tolerance)) : "—",
+                         status);
   }
   std::sort(judged_errors.begin(), judged_errors.end());
   double mean = 0;

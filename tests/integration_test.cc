@@ -45,7 +45,7 @@ SimRun MustSimulate(const Schedule& schedule, std::vector<int32_t> trace_ranks =
   run.setup = *setup;
   sim::ClusterCostProvider costs(schedule, run.setup.cluster);
   sim::TraceRecorder recorder(schedule, trace_ranks, run.timeline);
-  StatusOr<sim::SimulationResult> result = sim::Simulate(schedule, costs, sim::EngineConfigFor(run.setup, schedule.world_size()), &recorder);
+  StatusOr<sim::SimulationResult> result = sim::Simulate(schedule, costs, sim::EngineConfigFor(run.setup, schedule), &recorder);
   EXPECT_TRUE(result.ok()) << result.status().message();
   run.result = *result;
   run.report = sim::ReportJson(schedule, run.setup, run.result);
@@ -253,7 +253,7 @@ TEST(HangIntegration, OutOfMemoryRankHangsItsPeersInTheFirstAllGather) {
   setup->memory.reserved_by_others_per_rank[3] = sim::AllocatorCapacity(*setup, 3) - (int64_t{1} << 20);
   sim::ClusterCostProvider costs(schedule, setup->cluster);
   StatusOr<sim::SimulationResult> result =
-      sim::Simulate(schedule, costs, sim::EngineConfigFor(*setup, schedule.world_size()), nullptr);
+      sim::Simulate(schedule, costs, sim::EngineConfigFor(*setup, schedule), nullptr);
   ASSERT_TRUE(result.ok()) << result.status().message();
   ASSERT_TRUE(result->hung);
   ASSERT_EQ(result->blocked.size(), 8u);

@@ -97,8 +97,8 @@ class TrueCosts : public CostProvider {
   ClusterCostProvider base_;
 };
 
-EngineConfig TrueEngineConfig(const SimulationSetup& setup, int32_t world) {
-  EngineConfig config = EngineConfigFor(setup, world);
+EngineConfig TrueEngineConfig(const SimulationSetup& setup, const traces::Schedule& schedule) {
+  EngineConfig config = EngineConfigFor(setup, schedule);
   config.launch_overhead_ns = kTrueLaunchNs;
   config.compute_slowdown = kTrueComputeSlowdown;
   config.comm_slowdown = kTrueCommSlowdown;
@@ -129,7 +129,7 @@ Measured MeasureWithTrueCosts() {
   m.timeline.info.world_size = m.schedule.world_size();  // as the trace writer's header says
   TraceRecorder recorder(m.schedule, all, m.timeline);
   StatusOr<SimulationResult> result =
-      Simulate(m.schedule, costs, TrueEngineConfig(m.setup, m.schedule.world_size()), &recorder);
+      Simulate(m.schedule, costs, TrueEngineConfig(m.setup, m.schedule), &recorder);
   EXPECT_TRUE(result.ok()) << result.status().message();
   m.result = *result;
   EXPECT_TRUE(test_support::Completed(m.result));
@@ -209,7 +209,7 @@ TEST(Calibration, SimulatingWithTheProfileReproducesTheMeasuredStep) {
   ASSERT_TRUE(fit.ok()) << fit.status().message();
   StatusOr<std::unique_ptr<CostProvider>> costs = MakeCalibratedCostProvider(m.schedule, m.setup.cluster, fit->profile);
   ASSERT_TRUE(costs.ok()) << costs.status().message();
-  EngineConfig config = EngineConfigFor(m.setup, m.schedule.world_size());
+  EngineConfig config = EngineConfigFor(m.setup, m.schedule);
   config.memory.record_history = false;
   ApplyCalibration(fit->profile, config);
   StatusOr<SimulationResult> calibrated = Simulate(m.schedule, **costs, config, nullptr);
@@ -219,7 +219,7 @@ TEST(Calibration, SimulatingWithTheProfileReproducesTheMeasuredStep) {
   // Without calibration the prediction is off by more than the tolerance (the test can fail).
   ClusterCostProvider defaults(m.schedule, m.setup.cluster);
   StatusOr<SimulationResult> uncalibrated =
-      Simulate(m.schedule, defaults, EngineConfigFor(m.setup, m.schedule.world_size()), nullptr);
+      Simulate(m.schedule, defaults, EngineConfigFor(m.setup, m.schedule), nullptr);
   ASSERT_TRUE(uncalibrated.ok());
   EXPECT_GT(std::abs(static_cast<double>(uncalibrated->step_ns) / static_cast<double>(m.result.step_ns) - 1), 0.05);
 }
@@ -267,6 +267,47 @@ TEST(Calibration, ProfileErrorsNameFileLineAndKey) {
   StatusOr<CalibrationProfile> missing = ReadCalibrationProfile("/nonexistent/profile.yaml");
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("/nonexistent/profile.yaml"));
+}
+
+// The profile's limits (calibration.cc): what a simulation with the profile could not use is
+// refused at the profile's own file, line and key.
+TEST(Calibration, ProfileValuesAreBoundedAndBucketsUnique) {
+  const auto error = [](const std::string& yaml) {
+    StatusOr<CalibrationProfile> p = ParseCalibrationProfile(yaml, "prof.yaml");
+    EXPECT_FALSE(p.ok()) << yaml;
+    return p.ok() ? std::string() : p.status().message();
+  };
+  const std::string head = "version: 1\ngpu: x\n";
+  // An efficiency is achieved / peak: 5.0 beats the tensor cores fivefold.
+  EXPECT_EQ(error(head + "gemm:\n  - {dtype: bf16, flops_decade: 9, efficiency: 5.0, points: 1, "
+                         "rms_relative_error: 0}\n"),
+            "prof.yaml:4:48: gemm[0].efficiency: expected a number <= 1 (the limit), got 5");
+  EXPECT_THAT(error(head + "attention:\n  - {dtype: bf16, pass: forward, efficiency: 1.5, points: 1, "
+                           "rms_relative_error: 0}\n"),
+              HasSubstr("attention[0].efficiency: expected a number <= 1 (the limit), got 1.5"));
+  // Two rows for one bucket: the lookups would use the first and ignore the second.
+  EXPECT_EQ(error(head + "gemm:\n  - {dtype: bf16, flops_decade: 9, efficiency: 0.5, points: 1, rms_relative_error: 0}\n"
+                         "  - {dtype: bf16, flops_decade: 9, efficiency: 0.7, points: 1, rms_relative_error: 0}\n"),
+            "prof.yaml:5:5: gemm[1]: the bucket (bf16, flops_decade 9) already calibrated by gemm[0]");
+  EXPECT_THAT(error(head + "collectives:\n"
+                           "  - {type: all_gather, group_size: 8, bytes_decade: 7, alpha_ns: 1, beta_bytes_per_s: 1e11, "
+                           "method: alpha_beta, points: 1, rms_relative_error: 0}\n"
+                           "  - {type: all_gather, group_size: 8, bytes_decade: 7, alpha_ns: 2, beta_bytes_per_s: 1e11, "
+                           "method: alpha_beta, points: 1, rms_relative_error: 0}\n"),
+              HasSubstr("collectives[1]: the bucket (all_gather, group_size 8, bytes_decade 7) already calibrated by "
+                        "collectives[0]"));
+  // A key given twice (yaml-cpp would keep one of them without a word).
+  EXPECT_EQ(error("version: 1\ngpu: x\ngpu: y\n"), "prof.yaml:3:1: (top level).gpu: key given twice");
+  EXPECT_THAT(error(head + "launch_overhead_ns: {value: 3, value: 4, points: 1, rms_relative_error: 0}\n"),
+              HasSubstr("launch_overhead_ns.value: key given twice"));
+  // A launch cost of 1e20 ns (once llround'ed past int64 and reported against the plan's own
+  // host keys): at most one second, the plan's limit, reported at the profile's key.
+  EXPECT_EQ(error(head + "launch_overhead_ns: {value: 1e20, points: 1, rms_relative_error: 0}\n"),
+            "prof.yaml:3:29: launch_overhead_ns.value: expected a number <= 1000000000 (the limit), got 1e+20");
+  EXPECT_THAT(error(head + "memory_bandwidth_bytes_per_s: {value: 1000, points: 1, rms_relative_error: 0}\n"),
+              HasSubstr("memory_bandwidth_bytes_per_s.value: expected a number >= 100000000 and <= 100000000000000, got 1000"));
+  EXPECT_THAT(error(head + "comm_slowdown: {value: 1000, points: 1, rms_relative_error: 0}\n"),
+              HasSubstr("comm_slowdown.value: expected a number <= 100 (the limit), got 1000"));
 }
 
 TEST(Calibration, ProviderFallsBackWhereTheProfileHasNoBucketAndChecksTheGpu) {

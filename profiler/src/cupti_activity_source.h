@@ -59,6 +59,10 @@ class CuptiApi {
   virtual Status Finalize() = 0;                       // cuptiFinalize
 };
 
+// How many times this process tried to dlopen libcupti (0 or 1: it is loaded once, whatever
+// calls ProbeCuptiCapture, CreateCuptiActivitySource and CuptiStreamId make). Tests only.
+int CuptiDlopenAttemptsForTesting();
+
 class CuptiActivitySource final : public ActivitySource, private ActivityBufferCallbacks {
  public:
   CuptiActivitySource(std::unique_ptr<CuptiApi> api, std::unique_ptr<ActivityBufferPool> pool,

@@ -11,10 +11,13 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cupti_activity_source.h"
+#include "cupti_records.h"
 #include "shardscope/profiler/activity.h"
 
 #if defined(SHARDSCOPE_HAVE_CUPTI)
@@ -42,6 +45,8 @@ StatusOr<std::unique_ptr<ActivitySource>> CreateCuptiActivitySource(ActivitySink
 }
 
 StatusOr<uint32_t> CuptiStreamId(void*) { return ProbeCuptiCapture(); }
+
+int CuptiDlopenAttemptsForTesting() { return 0; }
 
 #else  // SHARDSCOPE_HAVE_CUPTI
 
@@ -99,8 +104,14 @@ Status Resolve(void* handle, const char* library, const char* symbol, Fn& fn) {
   return Status::Ok();
 }
 
+// Process-wide loading state: a library is opened at most once per process (a second
+// dlopen would only bump its reference count, but each attempt costs a search of the
+// loader's path, and CuptiStreamId runs once per stream). The answers are kept, good or bad.
+std::mutex g_load_mutex;
+std::atomic<int> g_cupti_dlopen_attempts{0};
+
 // A GPU this process can use: the driver loads, initializes and reports a device.
-Status ProbeDriver() {
+Status ProbeDriverOnce() {
   // The driver's soname (NVIDIA driver installation guide: libcuda.so.1).
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (cuda == nullptr) {
@@ -125,26 +136,49 @@ Status ProbeDriver() {
   return Status::Ok();
 }
 
-// libcupti of the toolkit's major version: first as the loader finds it, then from the
-// toolkit we were built against.
-StatusOr<CuptiLibrary> LoadCupti() {
-  const std::string soname = fmt::format("libcupti.so.{}", CUDA_VERSION / 1000);
-  void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-  std::string tried = soname;
-#if defined(SHARDSCOPE_CUPTI_LIBRARY_DIR)
-  if (handle == nullptr) {
-    const std::string path = fmt::format("{}/{}", SHARDSCOPE_CUPTI_LIBRARY_DIR, soname);
-    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    tried += ", " + path;
-  }
-#endif
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    return Status::IoError(fmt::format("{}: libcupti not found (tried {}: {})", kUnavailable, tried,
-                                       why != nullptr ? why : "not found"));
-  }
+Status ProbeDriver() {
+  std::lock_guard lock(g_load_mutex);
+  static const Status* probed = new Status(ProbeDriverOnce());
+  return *probed;
+}
+
+// libcupti, loaded once: the records a library writes follow its own version, read through
+// CuptiRecordLayoutFor (cupti_records.h).
+struct LoadedCupti {
   CuptiLibrary lib;
-  const char* name = "libcupti";
+  CuptiRecordLayout layout;
+  std::string soname;
+};
+
+// libcupti of CUDA 13 (the headers' major) or 12, each first as the loader finds it, then
+// from the toolkit we were built against.
+StatusOr<LoadedCupti> LoadCuptiOnce() {
+  g_cupti_dlopen_attempts.fetch_add(1);
+  std::string tried, why;
+  void* handle = nullptr;
+  LoadedCupti loaded;
+  for (const char* soname : {"libcupti.so.13", "libcupti.so.12"}) {
+    std::vector<std::string> paths = {soname};
+#if defined(SHARDSCOPE_CUPTI_LIBRARY_DIR)
+    paths.push_back(fmt::format("{}/{}", SHARDSCOPE_CUPTI_LIBRARY_DIR, soname));
+#endif
+    for (const std::string& path : paths) {
+      handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      tried += (tried.empty() ? "" : ", ") + path;
+      if (handle != nullptr) break;
+      if (const char* e = dlerror(); e != nullptr && why.empty()) why = e;
+    }
+    if (handle != nullptr) {
+      loaded.soname = soname;
+      break;
+    }
+  }
+  if (handle == nullptr) {
+    return Status::IoError(fmt::format("{}: libcupti not found (tried {}: {})", kUnavailable, tried,
+                                       why.empty() ? "not found" : why));
+  }
+  CuptiLibrary& lib = loaded.lib;
+  const char* name = loaded.soname.c_str();
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiGetVersion", lib.get_version));
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiGetResultString", lib.get_result_string));
   SHARDSCOPE_RETURN_IF_ERROR(Resolve(handle, name, "cuptiActivityEnable", lib.enable));
@@ -165,13 +199,18 @@ StatusOr<CuptiLibrary> LoadCupti() {
   if (lib.get_version(&version) != CUPTI_SUCCESS) {
     return Status::IoError(fmt::format("{}: cuptiGetVersion failed", kUnavailable));
   }
-  // Records are read through the headers' structs (CUpti_ActivityKernel10, ...): a library
-  // older than the headers may write shorter record versions.
-  if (version < CUPTI_API_VERSION) {
-    return Status::IoError(fmt::format("{}: libcupti API version {} is older than the headers' {}", kUnavailable,
-                                       version, CUPTI_API_VERSION));
-  }
-  return lib;
+  // The records are read in the layout this library writes (CUDA 12.0 and newer).
+  StatusOr<CuptiRecordLayout> layout = CuptiRecordLayoutFor(version);
+  if (!layout.ok()) return Status::IoError(fmt::format("{}: {}", kUnavailable, layout.status().message()));
+  loaded.layout = *layout;
+  return loaded;
+}
+
+StatusOr<const LoadedCupti*> LoadCupti() {
+  std::lock_guard lock(g_load_mutex);
+  static const StatusOr<LoadedCupti>* loaded = new StatusOr<LoadedCupti>(LoadCuptiOnce());
+  if (!loaded->ok()) return loaded->status();
+  return &loaded->value();
 }
 
 CUpti_ActivityKind ToCupti(ActivityKind kind) {
@@ -188,71 +227,9 @@ CUpti_ActivityKind ToCupti(ActivityKind kind) {
   return CUPTI_ACTIVITY_KIND_INVALID;
 }
 
-MemcpyDirection FromCuptiCopyKind(uint8_t kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_UNKNOWN: return MemcpyDirection::kUnknown;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return MemcpyDirection::kHostToDevice;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return MemcpyDirection::kDeviceToHost;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return MemcpyDirection::kDeviceToDevice;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return MemcpyDirection::kHostToHost;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return MemcpyDirection::kPeerToPeer;
-    default: return MemcpyDirection::kOther;
-  }
-}
-
-MemoryKind FromCuptiMemoryKind(uint32_t kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return MemoryKind::kPageable;
-    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return MemoryKind::kPinned;
-    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
-    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC: return MemoryKind::kDevice;
-    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY: return MemoryKind::kArray;
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return MemoryKind::kManaged;
-    default: return MemoryKind::kUnknown;
-  }
-}
-
-SyncType FromCuptiSyncType(CUpti_ActivitySynchronizationType type) {
-  switch (type) {
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return SyncType::kEventSynchronize;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return SyncType::kStreamWaitEvent;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return SyncType::kStreamSynchronize;
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return SyncType::kContextSynchronize;
-    default: return SyncType::kUnknown;
-  }
-}
-
-ExternalKind FromCuptiExternalKind(CUpti_ExternalCorrelationKind kind) {
-  switch (kind) {
-    case CUPTI_EXTERNAL_CORRELATION_KIND_OPENACC: return ExternalKind::kOpenAcc;
-    case CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0: return ExternalKind::kCustom0;
-    case CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1: return ExternalKind::kCustom1;
-    case CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2: return ExternalKind::kCustom2;
-    default: return ExternalKind::kUnknown;
-  }
-}
-
-// CUpti_ActivityOverheadKind (cupti_activity.h), named after the enumerators.
-std::string OverheadKindName(CUpti_ActivityOverheadKind kind) {
-  switch (kind) {
-    case CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER: return "Driver Compiler";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH: return "CUPTI Buffer Flush";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_INSTRUMENTATION: return "CUPTI Instrumentation";
-    case CUPTI_ACTIVITY_OVERHEAD_CUPTI_RESOURCE: return "CUPTI Resource";
-    case CUPTI_ACTIVITY_OVERHEAD_RUNTIME_TRIGGERED_MODULE_LOADING: return "Runtime Triggered Module Loading";
-    case CUPTI_ACTIVITY_OVERHEAD_LAZY_FUNCTION_LOADING: return "Lazy Function Loading";
-    case CUPTI_ACTIVITY_OVERHEAD_COMMAND_BUFFER_FULL: return "Command Buffer Full";
-    case CUPTI_ACTIVITY_OVERHEAD_ACTIVITY_BUFFER_REQUEST: return "Activity Buffer Request";
-    default: return "Unknown Overhead";
-  }
-}
-
-int64_t Ns(uint64_t cupti_ns) { return static_cast<int64_t>(cupti_ns); }
-
 class RealCuptiApi final : public CuptiApi {
  public:
-  explicit RealCuptiApi(CuptiLibrary lib) : lib_(lib) {}
+  explicit RealCuptiApi(const LoadedCupti& loaded) : lib_(loaded.lib), layout_(loaded.layout) {}
   ~RealCuptiApi() override {
     g_callbacks.store(nullptr, std::memory_order_release);
     g_source_alive.store(false, std::memory_order_release);
@@ -288,7 +265,7 @@ class RealCuptiApi final : public CuptiApi {
   int64_t Timestamp() override {
     uint64_t now = 0;
     lib_.get_timestamp(&now);
-    return Ns(now);
+    return static_cast<int64_t>(now);
   }
   // Results are not checked on the issuing path: a failed push shows up downstream as
   // records without an op id (ActivityCollector's unmatched count).
@@ -327,7 +304,8 @@ class RealCuptiApi final : public CuptiApi {
     return it->second;
   }
 
-  CuptiLibrary lib_;
+  const CuptiLibrary& lib_;
+  const CuptiRecordLayout layout_;
   std::map<std::pair<int, uint32_t>, std::string> api_names_;  // filled at decode time only
 };
 
@@ -335,103 +313,14 @@ Status RealCuptiApi::Decode(const uint8_t* buffer, size_t valid_bytes, std::vect
   if (buffer == nullptr || valid_bytes == 0) return Status::Ok();
   auto* data = const_cast<uint8_t*>(buffer);  // CUPTI's iterator takes a non-const buffer
   CUpti_Activity* record = nullptr;
+  const CuptiApiNamer namer = [this](bool driver, uint32_t cbid) -> const std::string& {
+    return ApiName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, cbid);
+  };
   while (true) {
     const CUptiResult result = lib_.get_next_record(data, valid_bytes, &record);
     if (result == CUPTI_ERROR_MAX_LIMIT_REACHED) return Status::Ok();  // end of the buffer
     SHARDSCOPE_RETURN_IF_ERROR(Check(result, "cuptiActivityGetNextRecord", __LINE__));
-    switch (record->kind) {
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        KernelRecord r;
-        r.start_ns = Ns(k->start);
-        r.end_ns = Ns(k->end);
-        r.device = k->deviceId;
-        r.context = k->contextId;
-        r.stream = k->streamId;
-        r.correlation = k->correlationId;
-        r.name = k->name != nullptr ? k->name : "";
-        r.grid = {k->gridX, k->gridY, k->gridZ};
-        r.block = {k->blockX, k->blockY, k->blockZ};
-        r.registers_per_thread = k->registersPerThread;
-        r.static_shared_memory = k->staticSharedMemory;
-        r.dynamic_shared_memory = k->dynamicSharedMemory;
-        out.emplace_back(std::move(r));
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY: {
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        MemcpyRecord r;
-        r.start_ns = Ns(m->start);
-        r.end_ns = Ns(m->end);
-        r.direction = FromCuptiCopyKind(m->copyKind);
-        r.src_memory = FromCuptiMemoryKind(m->srcKind);
-        r.dst_memory = FromCuptiMemoryKind(m->dstKind);
-        r.bytes = static_cast<int64_t>(m->bytes);
-        r.device = m->deviceId;
-        r.context = m->contextId;
-        r.stream = m->streamId;
-        r.correlation = m->correlationId;
-        out.emplace_back(r);
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMSET: {
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-        MemsetRecord r;
-        r.start_ns = Ns(m->start);
-        r.end_ns = Ns(m->end);
-        r.bytes = static_cast<int64_t>(m->bytes);
-        r.value = m->value;
-        r.memory = FromCuptiMemoryKind(m->memoryKind);
-        r.device = m->deviceId;
-        r.context = m->contextId;
-        r.stream = m->streamId;
-        r.correlation = m->correlationId;
-        out.emplace_back(r);
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-        const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(record);
-        SynchronizationRecord r;
-        r.start_ns = Ns(s->start);
-        r.end_ns = Ns(s->end);
-        r.type = FromCuptiSyncType(s->type);
-        r.context = s->contextId;
-        if (s->streamId != CUPTI_SYNCHRONIZATION_INVALID_VALUE) r.stream = s->streamId;
-        if (s->cudaEventId != CUPTI_SYNCHRONIZATION_INVALID_VALUE) r.event = s->cudaEventId;
-        r.correlation = s->correlationId;
-        out.emplace_back(r);
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_RUNTIME:
-      case CUPTI_ACTIVITY_KIND_DRIVER: {
-        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
-        const bool driver = record->kind == CUPTI_ACTIVITY_KIND_DRIVER;
-        ApiRecord r;
-        r.domain = driver ? ApiDomain::kDriver : ApiDomain::kRuntime;
-        r.cbid = a->cbid;
-        r.name = ApiName(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid);
-        r.start_ns = Ns(a->start);
-        r.end_ns = Ns(a->end);
-        r.process_id = a->processId;
-        r.thread_id = a->threadId;
-        r.correlation = a->correlationId;
-        out.emplace_back(std::move(r));
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-        const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
-        out.emplace_back(ExternalCorrelationRecord{FromCuptiExternalKind(e->externalKind), e->externalId,
-                                                   e->correlationId});
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_OVERHEAD: {
-        const auto* o = reinterpret_cast<const CUpti_ActivityOverhead3*>(record);
-        out.emplace_back(OverheadRecord{OverheadKindName(o->overheadKind), Ns(o->start), Ns(o->end), o->correlationId});
-        break;
-      }
-      default:
-        break;  // a kind we did not enable: nothing to map (Kineto counts these too)
-    }
+    DecodeCuptiRecord(record, layout_, namer, out);
   }
 }
 
@@ -442,20 +331,23 @@ Status ProbeCuptiCapture() {
   return LoadCupti().status();
 }
 
+int CuptiDlopenAttemptsForTesting() { return g_cupti_dlopen_attempts.load(); }
+
 StatusOr<std::unique_ptr<ActivitySource>> CreateCuptiActivitySource(ActivitySink& sink,
                                                                     const BufferPoolOptions& options) {
   SHARDSCOPE_RETURN_IF_ERROR(ProbeDriver());
-  SHARDSCOPE_ASSIGN_OR_RETURN(CuptiLibrary lib, LoadCupti());
+  SHARDSCOPE_ASSIGN_OR_RETURN(const LoadedCupti* loaded, LoadCupti());
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<ActivityBufferPool> pool, ActivityBufferPool::Create(options));
   if (g_source_alive.exchange(true, std::memory_order_acq_rel)) {
     return Status::Internal("a CUPTI activity source is already alive in this process (CUPTI is process-wide)");
   }
   return std::unique_ptr<ActivitySource>(
-      std::make_unique<CuptiActivitySource>(std::make_unique<RealCuptiApi>(lib), std::move(pool), sink));
+      std::make_unique<CuptiActivitySource>(std::make_unique<RealCuptiApi>(*loaded), std::move(pool), sink));
 }
 
 StatusOr<uint32_t> CuptiStreamId(void* cuda_stream) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(CuptiLibrary lib, LoadCupti());
+  SHARDSCOPE_ASSIGN_OR_RETURN(const LoadedCupti* loaded, LoadCupti());
+  const CuptiLibrary& lib = loaded->lib;
   uint32_t id = 0;
   // Context NULL: "typically this parameter should be null" (cupti_activity.h,
   // cuptiGetStreamIdEx); perThreadStream 0: the runtime creates explicit streams.

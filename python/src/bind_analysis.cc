@@ -91,7 +91,7 @@ py::dict Analyze(const std::vector<std::string>& paths, std::optional<int32_t> r
   // None: the library's default, as the CLI's flags have it.
   traces::AnalyzeRequest request;
   request.traces = paths;
-  if (rank) request.rank = *rank;
+  request.rank = rank;
   if (kernel_wait_threshold_us) request.kernel_wait_threshold_us = *kernel_wait_threshold_us;
   request.include_last_step = include_last_step;
   request.exact_ns = exact_ns;
@@ -117,14 +117,16 @@ py::dict DiffPaths(const std::string& predicted, const std::string& measured, co
   request.measured = measured;
   request.out_dir = output;
   if (top_n) request.top_n = *top_n;
-  if (rank) request.rank = *rank;
+  request.rank = rank;
   request.full = full;
-  if (step) request.step = *step;
+  request.step = step;
   std::vector<std::string> warnings;
+  traces::TraceCommandOutput notes;
+  notes.warn = [&](const std::string& w) { warnings.push_back(w); };
   traces::DiffRun run;
   {
     py::gil_scoped_release release;
-    run = Take(traces::RunDiff(request, [&](const std::string& w) { warnings.push_back(w); }));
+    run = Take(traces::RunDiff(request, notes));
   }
   const traces::DiffResult& diff = run.diff;
   // Every matched pair: its class, the two durations and the error (measured - predicted).

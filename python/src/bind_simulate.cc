@@ -113,9 +113,9 @@ py::dict SimulatePlan(const PlanHandle& plan, std::optional<std::vector<int32_t>
   sim::SimulateRunOptions options;
   for (const auto& [rank, factor] : stragglers) {
     if (!sim::ValidStraggler(rank, factor, world)) {
-      throw InputError(fmt::format("stragglers: expected {{rank: factor}} with 0 <= rank < {} and factor >= 1, got "
-                                   "{{{}: {}}}",
-                                   world, rank, factor));
+      throw InputError(fmt::format("stragglers: expected {{rank: factor}} with 0 <= rank < {} and 1 <= factor <= {}, "
+                                   "got {{{}: {}}}",
+                                   world, sim::kMaxRankSlowdownFactor, rank, factor));
     }
   }
   options.stragglers = stragglers;
@@ -271,9 +271,9 @@ py::dict CheckPlan(const PlanHandle& plan, const std::vector<int32_t>& oom_ranks
   }
   for (const auto& [rank, factor] : stragglers) {
     if (!sim::ValidStraggler(rank, factor, world)) {
-      throw InputError(fmt::format("stragglers: expected {{rank: factor}} with 0 <= rank < {} and factor >= 1, got "
-                                   "{{{}: {}}}",
-                                   world, rank, factor));
+      throw InputError(fmt::format("stragglers: expected {{rank: factor}} with 0 <= rank < {} and 1 <= factor <= {}, "
+                                   "got {{{}: {}}}",
+                                   world, sim::kMaxRankSlowdownFactor, rank, factor));
     }
   }
   std::string text;

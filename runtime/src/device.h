@@ -6,8 +6,9 @@
 // the core's control flow runs on a machine without a GPU.
 //
 // Calls come from the rank's host thread (everything issued in program order) except
-// MakeCurrent / QueryEvent / AbortCollectives, which the watchdog thread makes. A device
-// error is returned as a Status and becomes the rank's reported error, never "not finished".
+// MakeCurrent / QueryEvent / AsyncError / AbortCollectives, which the watchdog thread makes. A
+// device error is returned as a Status and becomes the rank's reported error, never "not
+// finished"; the watchdog then ends the job at once instead of waiting out its timeout.
 #ifndef SHARDSCOPE_RUNTIME_SRC_DEVICE_H_
 #define SHARDSCOPE_RUNTIME_SRC_DEVICE_H_
 
@@ -36,8 +37,11 @@ class Device {
   // and the stream-ordered events of its record_stream deferral.
   virtual sim::DeviceMemory& AllocatorMemory() = 0;
   virtual sim::StreamEvents& AllocatorEvents() = 0;
-  // The allocator's reserved bytes reached a new peak (CUDA: what cudaMemGetInfo says then).
-  virtual void OnReservedPeak() {}
+  // An error the memory or events beneath the allocator met during its last call (the
+  // allocator's interfaces answer only yes / no: CUDA's cudaEventQuery or cudaMalloc failing
+  // with anything but "not ready" / "out of memory"); cleared by the call. The core asks after
+  // every allocate, free and record_stream, so the error stops the rank at that op.
+  virtual Status TakeAllocatorError() { return Status::Ok(); }
 
   // ---- Stream work, enqueued on op.stream in program order (`index` into the plan's ops).
   virtual Status Kernel(const OpPlan& op, int32_t index, int32_t step) = 0;
@@ -74,6 +78,10 @@ class Device {
   virtual StatusOr<bool> QueryEvent(DeviceEvent& /*event*/) { return Status::Internal("no device events"); }
   // Binds the calling (watchdog) thread to the device before it queries events.
   virtual Status MakeCurrent() { return Status::Ok(); }
+  // An error the device found on its own, which no call returned and no event shows (NCCL's
+  // ncclCommGetAsyncError: a peer or the network failed while the kernels keep waiting).
+  // Polled by the watchdog.
+  virtual Status AsyncError() { return Status::Ok(); }
   // The watchdog is about to end the job: unblock collectives stuck on the device
   // (ncclCommAbort). Called from the watchdog thread.
   virtual void AbortCollectives() {}

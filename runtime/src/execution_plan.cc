@@ -1,7 +1,9 @@
 #include "shardscope/runtime/execution_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include <fmt/format.h>
@@ -21,7 +23,65 @@ int32_t PositionIn(const std::vector<int32_t>& ranks, int32_t rank) {
   return it == ranks.end() ? -1 : static_cast<int32_t>(it - ranks.begin());
 }
 
+bool IsP2p(traces::CollectiveType type) { return type == CollectiveType::kSend || type == CollectiveType::kRecv; }
+
+// Per collective (not send / recv) that `rank` issues on schedule communicator `comm`, in
+// program order: the op (the k-th entry is what the rank brings to the communicator's k-th
+// collective, collective_seq_id k+1).
+std::vector<const traces::CollectiveOp*> CollectivesOn(const traces::Schedule& schedule, int32_t rank, int32_t comm) {
+  std::vector<const traces::CollectiveOp*> ops;
+  for (const traces::Op& op : schedule.ProgramOf(rank).ops) {
+    const auto* c = std::get_if<traces::CollectiveOp>(&op.payload);
+    if (c == nullptr || IsP2p(c->type) || schedule.CommunicatorOf(rank, c->comm) != comm) continue;
+    ops.push_back(c);
+  }
+  return ops;
+}
+
+// Fills OpPlan::peer_elements of every all_to_all of the plan from the sizes its peers bring
+// to the same collective (AllToAllPeerElements), and the buffers from their sum.
+void ResolveAllToAlls(const traces::Schedule& schedule, ExecutionPlan& plan) {
+  std::vector<int64_t> ordinal(plan.communicators.size(), 0);
+  // (communicator, member position) -> that member's collectives on it, found once.
+  std::map<std::pair<int32_t, size_t>, std::vector<const traces::CollectiveOp*>> collectives_of;
+  for (size_t i = 0; i < plan.ops.size(); ++i) {
+    OpPlan& p = plan.ops[i];
+    if (p.op_class != OpClass::kCollective) continue;
+    const auto& coll = std::get<traces::CollectiveOp>(plan.program->ops[i].payload);
+    if (IsP2p(coll.type)) continue;
+    const int64_t k = ordinal[static_cast<size_t>(p.communicator)]++;
+    if (coll.type != CollectiveType::kAllToAll) continue;
+    CommunicatorPlan& cp = plan.communicators[static_cast<size_t>(p.communicator)];
+    std::vector<int64_t> sizes(cp.ranks.size(), -1);
+    for (size_t q = 0; q < cp.ranks.size(); ++q) {
+      auto [it, inserted] = collectives_of.try_emplace({p.communicator, q});
+      if (inserted) it->second = CollectivesOn(schedule, cp.ranks[q], p.communicator);
+      if (k >= static_cast<int64_t>(it->second.size())) continue;  // the member never gets there
+      const traces::CollectiveOp& peer = *it->second[static_cast<size_t>(k)];
+      // Another kind or dtype at the same position: a mismatch the schedule hangs on.
+      if (peer.type == CollectiveType::kAllToAll && peer.dtype == coll.dtype) {
+        sizes[q] = peer.bytes / traces::DTypeSize(coll.dtype);
+      }
+    }
+    p.peer_elements = AllToAllPeerElements(p.buffers.elements, sizes);
+    int64_t total = 0;
+    for (int64_t e : p.peer_elements) total += e;
+    p.buffers.send_elements = total;
+    p.buffers.recv_elements = total;
+    cp.max_send_bytes = std::max(cp.max_send_bytes, p.buffers.send_bytes());
+    cp.max_recv_bytes = std::max(cp.max_recv_bytes, p.buffers.recv_bytes());
+  }
+}
+
 }  // namespace
+
+std::vector<int64_t> AllToAllPeerElements(int64_t own_elements, const std::vector<int64_t>& sizes_elements) {
+  const auto n = static_cast<int64_t>(std::max<size_t>(1, sizes_elements.size()));
+  std::vector<int64_t> out;
+  out.reserve(sizes_elements.size());
+  for (int64_t peer : sizes_elements) out.push_back(std::max(own_elements, peer) / n);
+  return out;
+}
 
 StatusOr<ExecutionPlan> BuildExecutionPlan(const traces::Schedule& schedule, int32_t rank, int32_t world_size,
                                            const sim::CostProvider& costs) {
@@ -122,6 +182,7 @@ StatusOr<ExecutionPlan> BuildExecutionPlan(const traces::Schedule& schedule, int
         op.payload);
     plan.ops.push_back(p);
   }
+  ResolveAllToAlls(schedule, plan);
   return plan;
 }
 

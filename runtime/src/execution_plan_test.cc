@@ -3,8 +3,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "flight_recorder.h"
 #include "plan_test_util.h"
+#include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/plan/plan.h"
 
 namespace shardscope::runtime {
 namespace {
@@ -199,6 +207,135 @@ TEST(ExecutionPlan, UnevenSizesAreFlooredToWholeElementsPerRank) {
 }
 
 // ---- Flight Recorder dump
+
+// ---- Uneven all_to_all (AllToAllPeerElements): one size per rank, one count per pair.
+
+TEST(ExecutionPlan, AllToAllPeerCountsAreTheLargerShareOfThePair) {
+  // Two ranks, S = 512 and 2048 elements: the pair exchanges max(512, 2048) / 2 = 1024 each
+  // way; each rank keeps its own share with itself (512 / 2 = 256 and 2048 / 2 = 1024).
+  EXPECT_EQ(AllToAllPeerElements(512, {512, 2048}), (std::vector<int64_t>{256, 1024}));
+  EXPECT_EQ(AllToAllPeerElements(2048, {512, 2048}), (std::vector<int64_t>{1024, 1024}));
+  // Equal sizes: the even split, S / n floored (1000 / 3 = 333).
+  EXPECT_EQ(AllToAllPeerElements(1000, {1000, 1000, 1000}), (std::vector<int64_t>{333, 333, 333}));
+  // A member whose matching collective is no all_to_all (-1): this rank's own size.
+  EXPECT_EQ(AllToAllPeerElements(600, {-1, 600}), (std::vector<int64_t>{300, 300}));
+}
+
+// Three ranks, one all_to_all each on "world", of 300, 600 and 1500 bytes fp32 (75, 150 and
+// 375 elements), each behind an even int64 all_to_all (MoE's split counts) and, on ranks 1
+// and 2, a send/recv pair, so the match is by collective ordinal and dtype, not op index. By hand (n = 3): pairs (0,1) max(75,150)/3 = 50, (0,2) and (1,2)
+// 375/3 = 125; self 75/3 = 25, 150/3 = 50, 375/3 = 125. Rank 0 moves 25+50+125 = 200 each way,
+// rank 1 50+50+125 = 225, rank 2 3 x 125 = 375, exactly its own S.
+traces::Schedule UnevenAllToAllSchedule() {
+  traces::Schedule s;
+  s.communicators = {{"world", {0, 1, 2}}};
+  const int64_t bytes[3] = {300, 600, 1500};
+  for (int32_t r = 0; r < 3; ++r) {
+    traces::Program p;
+    p.name = "rank" + std::to_string(r);
+    p.streams = {{"compute", 0}, {"comm", -1}};
+    p.comm_slots = {"world"};
+    p.ops.push_back(MakeOp(1, Coll(CollectiveType::kAllToAll, 0, 24, DType::kInt64)));
+    // Rank 1 issues a send/recv pair first: point-to-point ops do not count as collectives.
+    if (r == 1) p.ops.push_back(MakeOp(2, Coll(CollectiveType::kSend, 0, 8, DType::kFloat32, /*peer=*/2)));
+    if (r == 2) p.ops.push_back(MakeOp(2, Coll(CollectiveType::kRecv, 0, 8, DType::kFloat32, /*peer=*/1)));
+    p.ops.push_back(MakeOp(3, Coll(CollectiveType::kAllToAll, 0, bytes[r], DType::kFloat32)));
+    s.programs.push_back(p);
+    s.ranks.push_back({r, {}});
+  }
+  EXPECT_TRUE(s.ResolveBindings().ok());
+  return s;
+}
+
+TEST(ExecutionPlan, UnevenAllToAllCountsAgreeOnBothSidesOfEveryPair) {
+  const traces::Schedule s = UnevenAllToAllSchedule();
+  FakeCosts costs;
+  std::vector<ExecutionPlan> plans;
+  for (int32_t r = 0; r < 3; ++r) {
+    auto plan = BuildExecutionPlan(s, r, 3, costs);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    plans.push_back(std::move(*plan));
+  }
+  const auto a2a = [&](int32_t r) -> const OpPlan& { return plans[static_cast<size_t>(r)].ops.back(); };
+  EXPECT_EQ(a2a(0).peer_elements, (std::vector<int64_t>{25, 50, 125}));
+  EXPECT_EQ(a2a(1).peer_elements, (std::vector<int64_t>{50, 50, 125}));
+  EXPECT_EQ(a2a(2).peer_elements, (std::vector<int64_t>{125, 125, 125}));
+  for (int32_t a = 0; a < 3; ++a) {
+    for (int32_t b = 0; b < 3; ++b) {
+      EXPECT_EQ(a2a(a).peer_elements[static_cast<size_t>(b)], a2a(b).peer_elements[static_cast<size_t>(a)])
+          << "rank " << a << " sends to rank " << b << " what rank " << b << " does not expect";
+    }
+  }
+  // The buffers hold every peer's part: 200, 225 and 375 elements of 4 bytes.
+  EXPECT_EQ(a2a(0).buffers.send_elements, 200);
+  EXPECT_EQ(a2a(0).buffers.recv_elements, 200);
+  EXPECT_EQ(a2a(1).buffers.send_elements, 225);
+  EXPECT_EQ(a2a(2).buffers.recv_elements, 375);
+  EXPECT_EQ(plans[2].communicators[0].max_send_bytes, 1500);
+  // What PyTorch reports for the rank's tensors is still its own size.
+  EXPECT_EQ(a2a(0).buffers.in_elements, 75);
+  // The int64 split counts: 3 elements from every rank, 1 per peer.
+  EXPECT_EQ(plans[1].ops.front().peer_elements, (std::vector<int64_t>{1, 1, 1}));
+}
+
+// The example the issue could not run: Mixtral-8x7B on 32 ranks, 8-way expert parallelism,
+// rank 3's experts routed 1.6x the balanced tokens. Every all_to_all of every rank must send
+// each peer what that peer expects from it, and rank 3 (the largest size of its group) must
+// move exactly its own size.
+TEST(ExecutionPlan, TheMoeImbalanceExampleAgreesOnEveryAllToAllPair) {
+  StatusOr<sim::Plan> plan = sim::LoadPlanFile(std::string(SHARDSCOPE_SOURCE_DIR) +
+                                               "/examples/divergence/moe-imbalance.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  StatusOr<traces::Schedule> schedule = sim::LowerPlan(*plan);
+  ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+  const int32_t world = schedule->world_size();
+  ASSERT_EQ(world, 32);
+  FakeCosts costs;
+  // Per rank: its all_to_alls in order, per communicator.
+  std::vector<std::map<int32_t, std::vector<const OpPlan*>>> a2as(static_cast<size_t>(world));
+  std::vector<ExecutionPlan> plans;
+  plans.reserve(static_cast<size_t>(world));
+  for (int32_t r = 0; r < world; ++r) {
+    auto built = BuildExecutionPlan(*schedule, r, world, costs);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    plans.push_back(std::move(*built));
+  }
+  int64_t checked_pairs = 0, uneven = 0;
+  for (int32_t r = 0; r < world; ++r) {
+    for (const OpPlan& op : plans[static_cast<size_t>(r)].ops) {
+      if (!op.peer_elements.empty()) a2as[static_cast<size_t>(r)][op.communicator].push_back(&op);
+    }
+  }
+  for (int32_t r = 0; r < world; ++r) {
+    for (const auto& [comm, ops] : a2as[static_cast<size_t>(r)]) {
+      const std::vector<int32_t>& members = schedule->communicators[static_cast<size_t>(comm)].ranks;
+      const auto me = static_cast<size_t>(std::find(members.begin(), members.end(), r) - members.begin());
+      for (size_t k = 0; k < ops.size(); ++k) {
+        for (size_t q = 0; q < members.size(); ++q) {
+          const auto& peer_ops = a2as[static_cast<size_t>(members[q])].at(comm);
+          ASSERT_EQ(peer_ops.size(), ops.size());
+          ASSERT_EQ(ops[k]->peer_elements[q], peer_ops[k]->peer_elements[me])
+              << "rank " << r << " all_to_all #" << k << " on " << comm << " and rank " << members[q];
+          ++checked_pairs;
+        }
+        if (ops[k]->buffers.send_elements != ops[k]->buffers.elements / static_cast<int64_t>(members.size()) *
+                                                 static_cast<int64_t>(members.size())) {
+          ++uneven;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked_pairs, 0);
+  EXPECT_GT(uneven, 0);  // the imbalance reaches the counts (else this test checks nothing)
+  // Rank 3, the most loaded member of its group, moves exactly its own size S (floored to 8
+  // parts) in every dispatch and combine.
+  for (const auto& [comm, ops] : a2as[3]) {
+    for (const OpPlan* op : ops) {
+      const int64_t n = static_cast<int64_t>(op->peer_elements.size());
+      EXPECT_EQ(op->buffers.send_elements, op->buffers.elements / n * n);
+    }
+  }
+}
 
 TEST(RuntimeFlightRecorder, WritesStatesSequenceNumbersAndTheBlockedCollective) {
   const traces::Schedule s = FourRankSchedule();

@@ -156,7 +156,7 @@ class HostRank final : public Device {
         launch_ns_(launch_ns),
         memory_(capacity),
         events_(*this),
-        executor_(schedule, setup, plan, options, capacity, *this),
+        executor_(schedule, setup, plan, options, *this),
         mu_(executor_.mutex()),
         cv_(executor_.cv()),
         streams_(plan.streams.size()),
@@ -232,6 +232,8 @@ class HostRank final : public Device {
     // The host device's operations cannot fail (a failed MPI call aborts the job), so an error
     // here is a programming error: it is returned after the exchange, which the peers wait in.
     const Status steps = executor_.RunSteps();
+    // Its peers would wait for it in their next collective: the watchdog ends the job now.
+    executor_.Fail(steps);
     DrainStreams();
     {
       std::lock_guard lock(mu_);
@@ -461,9 +463,20 @@ class HostRank final : public Device {
         return MpiStatus(MPI_Bcast(recv, recv_count, t.type, op.peer_comm_rank, comm), "MPI_Bcast");
       case CollectiveType::kReduce:
         return MpiStatus(MPI_Reduce(send, recv, send_count, t.type, t.sum, op.peer_comm_rank, comm), "MPI_Reduce");
-      case CollectiveType::kAllToAll:
-        return MpiStatus(
-            MPI_Alltoall(send, send_count / group, t.type, recv, recv_count / group, t.type, comm), "MPI_Alltoall");
+      case CollectiveType::kAllToAll: {
+        // Per-peer counts (execution_plan.h AllToAllPeerElements), the same both ways and on
+        // both sides of every pair; Setup checked that their sums fit an int.
+        std::vector<int> counts(static_cast<size_t>(group), 0), displacements(static_cast<size_t>(group), 0);
+        int offset = 0;
+        for (size_t q = 0; q < counts.size() && q < op.peer_elements.size(); ++q) {
+          counts[q] = static_cast<int>(op.peer_elements[q]);
+          displacements[q] = offset;
+          offset += counts[q];
+        }
+        return MpiStatus(MPI_Alltoallv(send, counts.data(), displacements.data(), t.type, recv, counts.data(),
+                                       displacements.data(), t.type, comm),
+                         "MPI_Alltoallv");
+      }
       case CollectiveType::kSend:
         return MpiStatus(MPI_Send(send, send_count, t.type, op.peer_comm_rank, 0, comm), "MPI_Send");
       case CollectiveType::kRecv:
@@ -596,6 +609,14 @@ StatusOr<std::vector<std::string>> MpiSession::GatherToRankZero(const std::strin
     out.push_back(all.substr(static_cast<size_t>(displacements[r]), static_cast<size_t>(sizes[r])));
   }
   return out;
+}
+
+StatusOr<bool> MpiSession::AllRanks(bool mine) const {
+  const int local = mine ? 1 : 0;
+  int all = 0;
+  SHARDSCOPE_RETURN_IF_ERROR(
+      MpiStatus(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce"));
+  return all == 1;
 }
 
 MpiSession::~MpiSession() {

@@ -19,7 +19,8 @@ Status AgreeAcrossRanks(const Status& local, std::string_view what_failed) {
   SHARDSCOPE_RETURN_IF_ERROR(
       MpiStatus(MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce"));
   if (!local.ok()) return local;
-  if (all_ok == 0) return Status::InvalidInput(fmt::format("another rank {} (its message says why)", what_failed));
+  // Aborted: this rank did nothing wrong; the CLI prints only the failing rank's message.
+  if (all_ok == 0) return Status::Aborted(fmt::format("another rank {} (its message says why)", what_failed));
   return Status::Ok();
 }
 

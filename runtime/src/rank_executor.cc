@@ -13,15 +13,16 @@
 namespace shardscope::runtime {
 
 RankExecutor::RankExecutor(const traces::Schedule& schedule, const sim::SimulationSetup& setup,
-                           const ExecutionPlan& plan, const RunOptions& options, int64_t capacity, Device& device)
+                           const ExecutionPlan& plan, const RunOptions& options, Device& device)
     : schedule_(schedule),
       plan_(plan),
       options_(options),
-      capacity_(capacity),
       device_(device),
       allocator_(setup.memory.allocator, device.AllocatorMemory(), device.AllocatorEvents()),
       lanes_(plan.communicators.size()),
-      tensor_address_(static_cast<size_t>(plan.num_tensors), 0) {}
+      tensor_address_(static_cast<size_t>(plan.num_tensors), 0),
+      gemm_workspace_bytes_(setup.device_memory.cublas_in_allocator ? setup.device_memory.cublas_workspace_bytes : 0),
+      gemm_workspaces_(setup.device_memory.cublas_in_allocator ? setup.device_memory.cublas_workspaces : 0) {}
 
 int64_t RankExecutor::Now() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
@@ -40,6 +41,13 @@ void RankExecutor::SetHostState(std::string state) {
 Status RankExecutor::device_error() {
   std::lock_guard lock(mu_);
   return device_error_;
+}
+
+void RankExecutor::Fail(const Status& status) {
+  if (status.ok()) return;
+  std::lock_guard lock(mu_);
+  if (device_error_.ok()) device_error_ = status;
+  failed_.store(true);
 }
 
 // ---- Host thread
@@ -81,7 +89,9 @@ Status RankExecutor::IssueOp(int32_t index, int32_t step) {
 
 Status RankExecutor::Dispatch(const OpPlan& op, int32_t index, int32_t step) {
   switch (op.op_class) {
-    case OpClass::kKernel: return device_.Kernel(op, index, step);
+    case OpClass::kKernel:
+      if (!gemm_workspaces_done_) AllocateGemmWorkspaces(op, index);
+      return device_.Kernel(op, index, step);
     case OpClass::kMemcpy: return device_.Memcpy(op, index, step);
     case OpClass::kCollective: return IssueCollective(op, index, step);
     case OpClass::kEventRecord: return device_.RecordEvent(op, index, step);
@@ -102,9 +112,11 @@ Status RankExecutor::Dispatch(const OpPlan& op, int32_t index, int32_t step) {
     case OpClass::kHostWork:
       if (!capturing_) device_.HostWork(op.duration_ns);
       return Status::Ok();
+    // The memory and events beneath the allocator answer it only yes / no; what failed
+    // underneath (not an out-of-memory) is the device's to tell (Device::TakeAllocatorError).
     case OpClass::kAllocate:
       Allocate(op, step);
-      return Status::Ok();
+      return device_.TakeAllocatorError();
     case OpClass::kFree: {
       uint64_t& address = tensor_address_[Idx(op.tensor)];
       if (address != 0) {
@@ -112,12 +124,12 @@ Status RankExecutor::Dispatch(const OpPlan& op, int32_t index, int32_t step) {
         address = 0;
         AfterAllocatorCall();
       }
-      return Status::Ok();
+      return device_.TakeAllocatorError();
     }
     case OpClass::kRecordStream: {
       const uint64_t address = tensor_address_[Idx(op.tensor)];
       if (address != 0 && !capturing_) allocator_.RecordStream(address, op.stream);
-      return Status::Ok();
+      return device_.TakeAllocatorError();
     }
   }
   return Status::Ok();
@@ -147,7 +159,7 @@ Status RankExecutor::IssueCollective(const OpPlan& op, int32_t index, int32_t st
 void RankExecutor::Allocate(const OpPlan& op, int32_t step) {
   const auto& inject = options_.inject_oom;
   if (inject && inject->rank == plan_.rank && inject->op_id == op.op_id && step == options_.warmup) {
-    Oom(OomRecord{op.op_id, Now(), op.bytes, std::max<int64_t>(0, capacity_ - allocator_.stats().reserved_bytes), 0,
+    Oom(OomRecord{op.op_id, Now(), op.bytes, std::max<int64_t>(0, Capacity() - allocator_.stats().reserved_bytes), 0,
                   true});
     return;
   }
@@ -164,12 +176,25 @@ void RankExecutor::Allocate(const OpPlan& op, int32_t step) {
   AfterAllocatorCall();
 }
 
+void RankExecutor::AllocateGemmWorkspaces(const OpPlan& op, int32_t index) {
+  const auto* kernel = std::get_if<traces::KernelOp>(&plan_.program->ops[Idx(index)].payload);
+  if (kernel == nullptr || !std::holds_alternative<traces::GemmDesc>(kernel->compute)) return;
+  gemm_workspaces_done_ = true;
+  for (int32_t i = 0; i < gemm_workspaces_; ++i) {
+    const sim::MallocOutcome out = allocator_.Malloc(gemm_workspace_bytes_, op.stream);
+    if (!out.ok) {
+      Oom(OomRecord{op.op_id, Now(), out.requested_bytes, out.device_free_bytes, out.largest_free_block, false});
+      return;
+    }
+    AfterAllocatorCall();  // never freed: the workspace lives with its handle
+  }
+}
+
 void RankExecutor::AfterAllocatorCall() {
   const sim::MemoryStats& stats = allocator_.stats();
   if (stats.reserved_bytes > reserved_peak_seen_) {
     reserved_peak_seen_ = stats.reserved_bytes;
     fragmentation_ = stats.reserved_bytes - stats.allocated_bytes;
-    device_.OnReservedPeak();
   }
 }
 
@@ -220,7 +245,11 @@ void RankExecutor::MarkCompletedLocked(int64_t record, int64_t now) {
 // ---- Watchdog side
 
 void RankExecutor::PollCollectives() {
-  if (!device_.MakeCurrent().ok()) return;
+  if (Status current = device_.MakeCurrent(); !current.ok()) {
+    Fail(current.WithContext(fmt::format("rank {}: the watchdog cannot bind the device", plan_.rank)));
+    return;
+  }
+  if (Status async = device_.AsyncError(); !async.ok()) Fail(async.WithContext(fmt::format("rank {}", plan_.rank)));
   std::lock_guard lock(mu_);
   for (auto it = pending_.begin(); it != pending_.end();) {
     const FlightRecord& r = records_[static_cast<size_t>(it->record)];
@@ -237,6 +266,7 @@ void RankExecutor::PollCollectives() {
       // of waiting for a completion that cannot come.
       const traces::Op& source = plan_.program->ops[Idx(r.op_index)];
       if (device_error_.ok()) device_error_ = failed.WithContext(fmt::format("rank {} op {}", plan_.rank, source.id));
+      failed_.store(true);
       it = pending_.erase(it);
       continue;
     }
@@ -312,7 +342,7 @@ RankResult RankExecutor::Result() const {
   const sim::MemoryStats& stats = allocator_.stats();
   r.finished = !stopped_;
   r.oom = oom_;
-  r.capacity = capacity_;
+  r.capacity = Capacity();
   r.peak_allocated = stats.allocated_bytes_peak;
   r.peak_reserved = stats.reserved_bytes_peak;
   r.fragmentation = fragmentation_;

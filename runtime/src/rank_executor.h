@@ -5,7 +5,7 @@
 // (per communicator: issued, started, completed, sequence numbers) and the host thread's
 // state for the dump; and builds the rank's result. Both backends run their ranks with it.
 //
-//   RankExecutor executor(schedule, setup, plan, options, capacity, device);
+//   RankExecutor executor(schedule, setup, plan, options, device);
 //   SHARDSCOPE_RETURN_IF_ERROR(executor.RunSteps());   // the host thread
 //   RankResult result = executor.Result();
 //
@@ -39,8 +39,9 @@ namespace shardscope::runtime {
 
 class RankExecutor {
  public:
+  // The allocator's capacity is the device memory's (Device::AllocatorMemory().Capacity()).
   RankExecutor(const traces::Schedule& schedule, const sim::SimulationSetup& setup, const ExecutionPlan& plan,
-               const RunOptions& options, int64_t capacity, Device& device);
+               const RunOptions& options, Device& device);
   RankExecutor(const RankExecutor&) = delete;
   RankExecutor& operator=(const RankExecutor&) = delete;
 
@@ -79,7 +80,8 @@ class RankExecutor {
   int64_t last_progress_ns() const { return last_progress_ns_.load(); }
   bool finished() const { return finished_.load(); }
   // Advances the collectives bracketed by device events; a completion is progress. A failed
-  // event query ends the collective's tracking and becomes the rank's error.
+  // event query ends the collective's tracking and becomes the rank's error, as does an error
+  // the device reports on its own (Device::AsyncError) or a failure to bind the device.
   void PollCollectives();
   bool HasPendingCollectives();
   // Per communicator: issued, started, completed (what a rank tells its peers).
@@ -88,6 +90,11 @@ class RankExecutor {
   void WriteDump(const std::string& reason, const std::map<int32_t, std::vector<int64_t>>& peer_states);
   Device& device() { return device_; }
   Status device_error();
+  // The rank failed (a device error, or its host thread ended with an error): the watchdog
+  // ends the job now rather than after its timeout, since the peers of a failed rank wait for
+  // it in their next collective. Fail records the host thread's error (the first one counts).
+  void Fail(const Status& status);
+  bool failed() const { return failed_.load(); }
 
   // ---- After the run
   RankResult Result() const;
@@ -109,6 +116,10 @@ class RankExecutor {
   Status Dispatch(const OpPlan& op, int32_t index, int32_t step);
   Status IssueCollective(const OpPlan& op, int32_t index, int32_t step);
   void Allocate(const OpPlan& op, int32_t step);
+  // PyTorch's cuBLAS workspaces (CublasHandlePool.cpp setWorkspaceForHandle) from the allocator
+  // at the first GEMM, as the simulator allocates them (engine.h MemoryConfig::gemm_workspaces).
+  void AllocateGemmWorkspaces(const OpPlan& op, int32_t index);
+  int64_t Capacity() const { return device_.AllocatorMemory().Capacity(); }
   void AfterAllocatorCall();
   void Oom(const OomRecord& oom);
   static size_t Idx(int32_t i) { return static_cast<size_t>(i); }
@@ -116,7 +127,6 @@ class RankExecutor {
   const traces::Schedule& schedule_;
   const ExecutionPlan& plan_;
   const RunOptions& options_;
-  const int64_t capacity_;
   Device& device_;
   Clock::time_point t0_ = Clock::now();
   sim::CachingAllocator allocator_;  // host thread only
@@ -133,10 +143,14 @@ class RankExecutor {
 
   std::atomic<int64_t> last_progress_ns_{0};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> failed_{false};  // device_error_ is set
   bool capturing_ = false;
 
   // Host thread only:
   std::vector<uint64_t> tensor_address_;
+  const int64_t gemm_workspace_bytes_;     // 0: none (PyTorch <= 1.12: cuBLAS's own)
+  const int32_t gemm_workspaces_;
+  bool gemm_workspaces_done_ = false;
   std::optional<OomRecord> oom_;
   int64_t reserved_peak_seen_ = -1, fragmentation_ = 0, host_busy_ns_ = 0;
   std::vector<int64_t> step_times_;

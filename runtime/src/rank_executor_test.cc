@@ -14,9 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -118,6 +120,16 @@ class FakeDevice final : public Device {
   StatusOr<bool> QueryEvent(DeviceEvent& event) override {
     return query ? query(static_cast<FakeEvent&>(event).id) : StatusOr<bool>(true);
   }
+  Status MakeCurrent() override { return make_current_fails ? Status::Internal("cudaSetDevice failed: boom") : Status::Ok(); }
+  Status AsyncError() override {
+    std::lock_guard lock(async_mu);
+    return async_error;
+  }
+  void SetAsyncError(Status status) {
+    std::lock_guard lock(async_mu);
+    async_error = std::move(status);
+  }
+  Status TakeAllocatorError() override { return std::exchange(allocator_error, Status::Ok()); }
   void AbortCollectives() override { aborted = true; }
 
   std::vector<std::string> log;
@@ -125,6 +137,10 @@ class FakeDevice final : public Device {
   std::function<void()> on_device_sync;
   int64_t fail_collective = -1;
   std::atomic<bool> aborted{false};
+  std::atomic<bool> make_current_fails{false};
+  std::mutex async_mu;
+  Status async_error = Status::Ok();    // under async_mu
+  Status allocator_error = Status::Ok();  // returned (once) after the next allocator call
 
  private:
   Status Log(std::string line) {
@@ -154,7 +170,7 @@ struct Harness {
     options.out_dir = (std::filesystem::temp_directory_path() /
                        fmt::format("shardscope_rank_executor_test_{}", ::testing::UnitTest::GetInstance()->current_test_info()->name()))
                           .string();
-    executor = std::make_unique<RankExecutor>(schedule, setup, plan, options, int64_t{1} << 30, device);
+    executor = std::make_unique<RankExecutor>(schedule, setup, plan, options, device);
   }
 };
 
@@ -322,6 +338,95 @@ TEST(WatchdogTest, StaysQuietWhileEveryCollectiveCompletes) {
   EXPECT_FALSE(ended);
   EXPECT_FALSE(h.device.aborted);
   EXPECT_FALSE(h.executor->HasPendingCollectives());
+}
+
+TEST(RankExecutorTest, AnErrorBeneathTheAllocatorStopsTheRankAtThatOp) {
+  // A cudaEventQuery or cudaMalloc failing with anything but "not ready" / "out of memory"
+  // under the allocator (CudaStreamEvents, OperandDeviceMemory) is the rank's error at the
+  // allocator call that met it: op 10, the allocate. Nothing after it is issued.
+  Harness h;
+  h.device.allocator_error = Status::Internal("cudaEventQuery (record_stream) failed: an illegal memory access");
+  const Status status = h.executor->RunSteps();
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.message(), "rank 0 op 10: cudaEventQuery (record_stream) failed: an illegal memory access");
+  EXPECT_EQ(h.device.log, (std::vector<std::string>{"begin_step 0 measured"}));
+  EXPECT_FALSE(h.executor->stopped());  // an error, not an out-of-memory
+}
+
+TEST(RankExecutorTest, AnAsyncDeviceErrorFailsTheRankAtItsNextOp) {
+  // NCCL's asynchronous error (a peer or the network failed) reaches no call: the watchdog's
+  // poll (PollCollectives, while the host thread sits in op 11's all_gather here) records it,
+  // and the host thread stops at the next op it would issue (op 12).
+  Harness h;
+  bool polled = false;
+  h.device.on_device_sync = nullptr;
+  h.device.SetAsyncError(Status::Internal("NCCL asynchronous error (ncclCommGetAsyncError) failed: remote process "
+                                          "exited or there was a network error"));
+  h.options.hooks.after_issue = [&](int64_t id) {
+    if (id == 11 && !polled) {
+      polled = true;
+      h.executor->PollCollectives();
+    }
+  };
+  const Status status = h.executor->RunSteps();
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("rank 0: NCCL asynchronous error"), std::string::npos) << status.message();
+  EXPECT_TRUE(h.executor->failed());
+  // Op 11 was issued; op 12 (the event record) never reached the device.
+  EXPECT_EQ(h.device.log.back(), "record_on e1 s1");
+}
+
+TEST(RankExecutorTest, AWatchdogThatCannotBindTheDeviceFailsTheRank) {
+  // Before: a failed cudaSetDevice on the watchdog thread skipped the poll silently, and the
+  // collectives stayed "not finished" until the timeout.
+  Harness h;
+  ASSERT_TRUE(h.executor->RunSteps().ok());
+  h.device.make_current_fails = true;
+  h.executor->PollCollectives();
+  EXPECT_TRUE(h.executor->failed());
+  EXPECT_EQ(h.executor->device_error().message(),
+            "rank 0: the watchdog cannot bind the device: cudaSetDevice failed: boom");
+}
+
+// The watchdog ends the job on a rank's error in about one poll (20 ms) plus the dump, not
+// after its timeout: with a 300 s timeout, anything under 20 s is the error path.
+void ExpectJobEndsOnFailure(Harness& h, const std::function<void()>& fail, const std::string& reason_part) {
+  h.options.timeout_s = 300;
+  std::filesystem::remove_all(h.options.out_dir);
+  ASSERT_TRUE(h.executor->RunSteps().ok());
+  std::atomic<bool> ended{false};
+  WatchdogConfig config;
+  config.timeout_s = h.options.timeout_s;
+  config.stalled_after_finish = false;
+  config.end_job = [&] { ended = true; };
+  Watchdog watchdog({h.executor.get()}, nullptr, config);
+  const auto start = std::chrono::steady_clock::now();
+  watchdog.Start();
+  fail();
+  const auto deadline = start + std::chrono::seconds(20);
+  while (!ended && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  watchdog.Stop();
+  ASSERT_TRUE(ended) << "the watchdog waited for its timeout";
+  EXPECT_TRUE(h.device.aborted);  // ncclCommAbort before the end
+  const nlohmann::json dump = ReadJson(h.options.out_dir + "/flight_recorder/rank_0.json");
+  const std::string reason = dump["shardscope"]["reason"].get<std::string>();
+  EXPECT_NE(reason.find(reason_part), std::string::npos) << reason;
+  std::filesystem::remove_all(h.options.out_dir);
+}
+
+TEST(WatchdogTest, AnNcclAsyncErrorEndsTheJobWithoutWaitingForTheTimeout) {
+  Harness h;
+  h.device.query = [](int32_t id) -> StatusOr<bool> { return id != 3; };  // op 15 never ends
+  ExpectJobEndsOnFailure(
+      h, [&] { h.device.SetAsyncError(Status::Internal("ncclRemoteError: remote process exited")); },
+      "the rank failed: rank 0: ncclRemoteError: remote process exited");
+}
+
+TEST(WatchdogTest, ARankWhoseHostThreadFailedEndsTheJob) {
+  Harness h;
+  ExpectJobEndsOnFailure(
+      h, [&] { h.executor->Fail(Status::Internal("rank 0 op 14: cublasLtMatmul failed: CUBLAS_STATUS_EXECUTION_FAILED")); },
+      "the rank failed: rank 0 op 14: cublasLtMatmul failed");
 }
 
 }  // namespace

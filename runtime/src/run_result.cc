@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "shardscope/sim/report/version.h"
+#include "shardscope/sim/simulate/init_phase.h"
 #include "shardscope/traces/report_header.h"
 
 namespace shardscope::runtime {
@@ -36,8 +37,10 @@ std::vector<int64_t> EncodeResult(const RankResult& r, int32_t steps, int32_t re
   out[kDeviceAllocs] = r.device_allocs;
   out[kDeviceFrees] = r.device_frees;
   out[kOperandReserved] = r.operand_reserved;
-  out[kMemInfoFreeAtPeak] = r.meminfo_free_at_peak;
+  out[kMemInfoFreeAfterSetup] = r.meminfo_free_after_setup;
   out[kMemInfoTotal] = r.meminfo_total;
+  out[kPlannedCapacity] = r.planned_capacity;
+  out[kDeviceBacking] = r.device_backing;
   out[kDevice] = r.device;
   const auto step_slots = static_cast<size_t>(std::max(0, steps));
   const auto replay_slots = static_cast<size_t>(std::max(0, replays));
@@ -67,8 +70,10 @@ RankResult DecodeResult(const int64_t* rec, int32_t steps, int32_t replays) {
   r.device_allocs = rec[kDeviceAllocs];
   r.device_frees = rec[kDeviceFrees];
   r.operand_reserved = rec[kOperandReserved];
-  r.meminfo_free_at_peak = rec[kMemInfoFreeAtPeak];
+  r.meminfo_free_after_setup = rec[kMemInfoFreeAfterSetup];
   r.meminfo_total = rec[kMemInfoTotal];
+  r.planned_capacity = rec[kPlannedCapacity];
+  r.device_backing = rec[kDeviceBacking];
   r.device = rec[kDevice];
   for (int64_t i = 0; i < rec[kStepsDone] && i < steps; ++i) r.step_times.push_back(rec[kResultFields + i]);
   for (int64_t i = 0; i < rec[kGraphStepsDone] && i < replays; ++i) {
@@ -170,6 +175,12 @@ std::string RunReportJson(const traces::Schedule& schedule, const sim::Simulatio
   j["completed"] = completed;
   j["step_time_ns"] = step;
   traces::WriteReportMemory(memory, setup.memory.alloc_conf, j);
+  // The memory outside the step as the schedule's metadata describes it, with the measured
+  // peaks; the init phase is simulate's (a run does not measure it): null here.
+  std::vector<sim::RankStepMemory> step_memory;
+  step_memory.reserve(ranks.size());
+  for (const RankResult& rec : ranks) step_memory.push_back({rec.peak_reserved, rec.num_ooms > 0});
+  traces::WriteReportMemoryPhases(sim::MemoryPhasesOf(schedule, setup, step_memory, /*simulate_init=*/false), j);
   j["hang"] = false;  // a hang aborts the job: its evidence is in flight_recorder/
   j["runtime"] = runtime;
   j["ranks"] = per_rank;

@@ -40,7 +40,12 @@ struct RankResult {
   // CUDA backend only (-1 elsewhere).
   int64_t device = -1;
   int64_t operand_reserved = -1;
-  int64_t meminfo_free_at_peak = -1, meminfo_total = -1;
+  // cudaMemGetInfo once setup was done (context, operands, NCCL), and the capacity the
+  // simulator planned, of which the rank got min(planned, free): capacity.
+  int64_t meminfo_free_after_setup = -1, meminfo_total = -1, planned_capacity = -1;
+  // What the device held for the schedule's memory during the measured steps (one cudaMalloc
+  // of the allocator's reserved bytes after the warm-up, or the part the device granted).
+  int64_t device_backing = -1;
   std::vector<int64_t> step_times;   // measured steps, at most RunOptions::steps
   std::vector<int64_t> graph_times;  // CUDA-graph replays, at most CudaRunOptions::graph_replays
 };
@@ -50,7 +55,7 @@ struct RankResult {
 enum ResultField : int {
   kFinished, kOom, kOomOpId, kOomInjected, kOomRequested, kOomFree, kOomLargest, kOomTime, kCapacity,
   kPeakAllocated, kPeakReserved, kFragmentation, kRetries, kNumOoms, kHostBusy, kDeviceAllocs, kDeviceFrees,
-  kOperandReserved, kMemInfoFreeAtPeak, kMemInfoTotal, kDevice, kStepsDone, kGraphStepsDone, kResultFields
+  kOperandReserved, kMemInfoFreeAfterSetup, kMemInfoTotal, kPlannedCapacity, kDeviceBacking, kDevice, kStepsDone, kGraphStepsDone, kResultFields
 };
 
 size_t ResultRecordSize(int32_t steps, int32_t replays);

@@ -25,6 +25,13 @@ bool Watchdog::Stalled(int64_t timeout_ns) const {
   return false;
 }
 
+std::string Watchdog::FailureReason() {
+  for (RankExecutor* r : ranks_) {
+    if (r->failed()) return fmt::format("the rank failed: {}", r->device_error().message());
+  }
+  return "";
+}
+
 void Watchdog::Loop() {
   using Clock = std::chrono::steady_clock;
   const auto poll = std::chrono::milliseconds(20);
@@ -32,7 +39,7 @@ void Watchdog::Loop() {
   // Long enough for peers whose own timers are a poll or two behind, short enough for CI.
   const int64_t grace_ns = std::clamp<int64_t>(timeout_ns / 2, 500'000'000, 5'000'000'000);
   const int32_t world = peers_ != nullptr ? peers_->world_size() : 1;
-  bool dumping = false, written = false, initiator = false;
+  bool dumping = false, written = false, initiator = false, on_error = false;
   int64_t dump_started = 0, written_at = 0;
   std::string reason;
   std::map<int32_t, std::vector<int64_t>> peer_states;
@@ -52,12 +59,16 @@ void Watchdog::Loop() {
         if (!dumping) reason = fmt::format("dump requested by rank {} (its watchdog fired)", m.source);
       }
     }
-    if (!dumping && (Stalled(timeout_ns) || !peer_states.empty())) {
+    const std::string failure = dumping ? "" : FailureReason();
+    if (!dumping && (!failure.empty() || Stalled(timeout_ns) || !peer_states.empty())) {
       dumping = true;
       dump_started = now_ns();
+      on_error = !failure.empty();
       if (peer_states.empty()) {
         initiator = true;
-        reason = fmt::format("watchdog timeout: no operation completed on this rank for {:g} s", config_.timeout_s);
+        reason = !failure.empty() ? failure
+                                  : fmt::format("watchdog timeout: no operation completed on this rank for {:g} s",
+                                                config_.timeout_s);
         std::cerr << fmt::format("{}{}; dumping the flight recorder and aborting the job\n", config_.log_prefix,
                                  reason);
       }
@@ -83,7 +94,8 @@ void Watchdog::Loop() {
       if ((initiator && (all_dumped || now - written_at > grace_ns)) || now - written_at > 3 * grace_ns) {
         // NCCL kernels of a hung collective spin forever; abort them before tearing down.
         for (RankExecutor* r : ranks_) r->device().AbortCollectives();
-        std::cerr << fmt::format("{}{}aborting the job (hang)\n", config_.log_prefix, config_.abort_note);
+        std::cerr << fmt::format("{}{}aborting the job ({})\n", config_.log_prefix, config_.abort_note,
+                                 on_error ? "error" : "hang");
         if (config_.end_job) config_.end_job();
         return;
       }

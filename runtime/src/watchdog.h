@@ -10,6 +10,12 @@
 // itself if that never comes). When every rank of the job is in this process (the CUDA
 // backend over local GPUs, tests) there are no peers to wait for.
 //
+// A rank that failed (RankExecutor::failed: a device error such as a failed event query or
+// NCCL's asynchronous error, or its host thread ending with an error) starts the same
+// sequence at once, its error as the reason, instead of leaving its peers waiting in their
+// next collective until the timeout (ProcessGroupNCCL's TORCH_NCCL_ASYNC_ERROR_HANDLING:
+// the watchdog aborts the communicators and tears the process down on an NCCL error).
+//
 //   Watchdog watchdog({&executor}, &mpi_channel, config);   // or nullptr: no peer process
 //   watchdog.Start();  ...  watchdog.Stop();                 // Stop: only once no rank can hang
 #ifndef SHARDSCOPE_RUNTIME_SRC_WATCHDOG_H_
@@ -71,6 +77,8 @@ class Watchdog {
  private:
   void Loop();
   bool Stalled(int64_t timeout_ns) const;
+  // The first failed rank's error as a dump reason, or "" when none failed.
+  std::string FailureReason();
 
   std::vector<RankExecutor*> ranks_;
   PeerChannel* peers_;

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Validates the CUDA backend of `shardscope run` on this machine's GPU(s) (docs/VALIDATION.md,
 # "Runtime (CUDA backend)"): builds shardscope with -DSHARDSCOPE_CUDA=ON, runs the gpu-labelled
-# tests (a 1-rank tiny FSDP2 run whose peak reserved equals the simulator's, the GEMM proxy
-# against the best cuBLASLt algorithm for 8192^3 bf16, a CUDA-graph replay), then every bundled
-# example cut to 2 layers on 1 GPU under `run --backend cuda --cuda-graph`, and prints the
-# figures: per example the predicted and measured step, eager vs graph replay, peak reserved
-# predicted vs run (must be equal), cudaMemGetInfo at the peak.
+# tests (a 1-rank tiny FSDP2 run, the GEMM proxy against the best cuBLASLt algorithm for
+# 8192^3 bf16, a CUDA-graph replay), then every bundled example cut to 2 layers on 1 GPU under
+# `run --backend cuda --cuda-graph`, and prints the figures: per example the predicted and
+# measured step, eager vs graph replay, peak reserved predicted vs run and cudaMemGetInfo's
+# free bytes after setup. The peak comparison is a plumbing check (the run and the simulator
+# share one allocator object, so it shows the calls are the schedule's, not that the model is
+# right): it must hold when the run's capacity is the simulator's, and is reported otherwise.
 #
 # Needs: an NVIDIA GPU and driver, the CUDA toolkit with cuBLASLt and NCCL (/usr/local/cuda),
 # cmake, ninja, g++ >= 12, Open MPI (mpirun), python3. Results go to $OUT if set (else
@@ -41,7 +43,7 @@ if [ $# -gt 0 ]; then examples=("$@"); else mapfile -t examples < <(find example
 cuts=$results/cuts
 mkdir -p "$cuts"
 table=$results/examples.tsv
-printf 'example\tstatus\tpredicted_step_ms\teager_step_ms\tgraph_step_ms\teager_over_graph\tpeak_reserved_sim\tpeak_reserved_run\tmeminfo_free_at_peak\n' > "$table"
+printf 'example\tstatus\tpredicted_step_ms\teager_step_ms\tgraph_step_ms\teager_over_graph\tpeak_reserved_sim\tpeak_reserved_run\tmeminfo_free_after_setup\n' > "$table"
 for example in "${examples[@]}"; do
   name=$(echo "${example#examples/}" | tr '/' '_' | sed 's/\.yaml$//')
   cut=$cuts/$name.yaml
@@ -77,10 +79,13 @@ name, sim, run = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.a
 r = run["ranks"][0]
 eager = statistics.median(r["step_times_ns"]) / 1e6
 graph = statistics.median(r.get("graph_step_times_ns") or [0]) / 1e6
-ok = r["peak_reserved_bytes"] == sim["memory"]["peak_reserved_bytes"]
-print(f'{name}\t{"ok" if ok else "PEAK DIFFERS"}\t{sim["step_time_ns"] / 1e6:.3f}\t{eager:.3f}\t{graph:.3f}\t'
+# Plumbing: equal peaks unless the device had less free than the simulator's capacity.
+same_capacity = r["capacity_bytes"] == r["capacity_planned_bytes"]
+ok = r["peak_reserved_bytes"] == sim["memory"]["peak_reserved_bytes"] or not same_capacity
+status = "ok" if ok and same_capacity else ("capacity lowered" if ok else "PEAK DIFFERS (plumbing)")
+print(f'{name}\t{status}\t{sim["step_time_ns"] / 1e6:.3f}\t{eager:.3f}\t{graph:.3f}\t'
       f'{eager / graph if graph else 0:.3f}\t{sim["memory"]["peak_reserved_bytes"]}\t{r["peak_reserved_bytes"]}\t'
-      f'{r["mem_get_info_at_peak"]["free_bytes"]}')
+      f'{r["mem_get_info_after_setup"]["free_bytes"]}')
 sys.exit(0 if ok else 1)
 PY
 done

@@ -50,7 +50,7 @@ inline std::optional<SimulationResult> RunSimulation(const traces::Schedule& sch
   EXPECT_TRUE(setup.ok()) << setup.status().message();
   if (!setup.ok()) return std::nullopt;
   ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<SimulationResult> result = Simulate(schedule, costs, EngineConfigFor(*setup, schedule.world_size()), nullptr);
+  StatusOr<SimulationResult> result = Simulate(schedule, costs, EngineConfigFor(*setup, schedule), nullptr);
   EXPECT_TRUE(result.ok()) << result.status().message();
   if (!result.ok()) return std::nullopt;
   return std::move(result).value();

@@ -20,7 +20,7 @@ grep -q "rank 0 is also the rank of" <<<"$out" || fail "two files of rank 0: mes
 "$bin" analyze "$real/hta-recsys-2-of-128-ranks/sampled_rank-0.json.gz" \
   "$real/hta-recsys-2-of-128-ranks/sampled_rank-1.json.gz" --json -o "$work/recsys.json" > /dev/null 2>&1 ||
   fail "analyze recsys --json"
-"$bin" analyze "$real/hta-resnet-ddp-a100/nccl_data.json.gz" --json > "$work/nccl.json" 2>&1 || fail "analyze nccl_data"
+"$bin" analyze "$real/hta-resnet-ddp-a100/nccl_data.json.gz" --json > "$work/nccl.json" 2> "$work/nccl.err" || fail "analyze nccl_data"
 /usr/bin/python3 - "$work/nccl.json" "$work/recsys.json" <<'PY' || fail "HTA figures"
 import json, sys
 # HTA's own figures (tests/fixtures/real/traces/*/README.md): idle, compute, non-compute, overlap.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `shardscope run --backend cuda` where it cannot run: without a driver or a device (CI), or in
 # a build without the CUDA backend, it exits 2 with a message saying which, and writes nothing.
+# Its option errors (--warmup 0) come first, on every machine.
 # On a machine with a GPU the no-device path cannot be reached: the test reports itself skipped
 # (exit 77; scripts/gpu/validate_runtime.sh covers that machine).
 #
@@ -12,6 +13,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# At least one warm-up step: the first step on a GPU loads modules lazily and connects NCCL
+# peers. Refused before any device is looked for, so this runs on every machine.
+set +e
+"$shardscope" run examples/tiny-fsdp2-2gpu.yaml --backend cuda --warmup 0 -o "$work/out3" > /dev/null 2> "$work/stderr3"
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "--warmup 0 with --backend cuda: expected exit 2, got $rc"
+grep -q -- "--warmup 0 with --backend cuda: expected at least 1 warm-up step" "$work/stderr3" ||
+  fail "--warmup 0 message: $(cat "$work/stderr3")"
+[ ! -e "$work/out3" ] || fail "--warmup 0 created the output directory"
 
 set +e
 "$shardscope" run examples/tiny-fsdp2-2gpu.yaml --backend cuda -o "$work/out" > "$work/stdout" 2> "$work/stderr"

@@ -103,6 +103,14 @@ bool TraceSax::ConvertSlice() {
       !Text(kName, slice.name) || !Text(kCat, category)) {
     return false;
   }
+  // A span ends after it starts, at a time int64 nanoseconds can hold: every consumer
+  // (metrics, diff, step cut) computes ts + dur.
+  if (slice.dur_ns < 0) {
+    return Fail(FieldPath(kDur), fmt::format("expected a duration >= 0 us, got {}", Describe(*event_.fields[kDur])));
+  }
+  if (slice.ts_ns > std::numeric_limits<int64_t>::max() - slice.dur_ns) {
+    return Fail(FieldPath(kDur), "ts + dur does not fit in int64 nanoseconds");
+  }
   slice.category = ParseCategory(category);
   if (slice.category == Category::kOther) slice.raw_category = std::move(category);
 

@@ -234,6 +234,8 @@ class LineScanner {
     if (!Literal(R"(,"tid":)"sv) || !Int32(slice.tid)) return false;
     if (!Literal(R"(,"ts":)"sv) || !Micros(slice.ts_ns)) return false;
     if (!Literal(R"(,"dur":)"sv) || !Micros(slice.dur_ns)) return false;
+    // A negative or overflowing span is an error: the general route words it.
+    if (slice.dur_ns < 0 || slice.ts_ns > std::numeric_limits<int64_t>::max() - slice.dur_ns) return false;
     if (!Literal(R"(,"args":{)"sv)) return false;
     if (Take('}')) return Take('}') && pos_ == s_.size();
     std::string_view key;

@@ -391,6 +391,16 @@ TEST(ChromeTraceTest, BadEventsNameTheirPath) {
   EXPECT_EQ(error_of(R"({"traceEvents": [{"ts": 1}]})"), "t.json: /traceEvents/0: missing \"ph\"");
   EXPECT_EQ(error_of(R"({"traceEvents": [{"ph": "X", "ts": 1e300}]})"),
             "t.json: /traceEvents/0/ts: 1e300 us does not fit in int64 nanoseconds");
+  // A Kineto event with dur -5 once passed into import's output: a span must not end before it
+  // starts, nor after the last int64 nanosecond.
+  EXPECT_EQ(error_of(R"({"traceEvents": [{"ph": "X", "ts": 10, "dur": -5, "name": "k"}]})"),
+            "t.json: /traceEvents/0/dur: expected a duration >= 0 us, got -5");
+  EXPECT_EQ(error_of(R"({"traceEvents": [{"ph": "X", "ts": 9223372036854775, "dur": 9223372036854775}]})"),
+            "t.json: /traceEvents/0/dur: ts + dur does not fit in int64 nanoseconds");
+  // The fast path for our own writer's layout hands a negative duration to the general one.
+  EXPECT_EQ(error_of("{\"traceEvents\":[\n{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":1,"
+                     "\"ts\":1.000,\"dur\":-5.000,\"args\":{}}\n]}\n"),
+            "t.json: /traceEvents/0/dur: expected a duration >= 0 us, got -5.000");
   EXPECT_EQ(error_of(R"({"traceEvents": [3]})"),
             "t.json: /traceEvents/0: expected an event object, got 3");
   EXPECT_EQ(error_of(R"({"traceEvents": {}})"),

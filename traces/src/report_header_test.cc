@@ -37,5 +37,49 @@ TEST(ReportHeaderTest, MemoryTakesTheFirstRankWithTheLargestReservedPeakAndSums)
             R"("num_alloc_retries":5,"num_ooms":3,"allocator_conf":"expandable_segments:True"}})");
 }
 
+TEST(ReportHeaderTest, MemoryPhasesPerClass) {
+  ReportMemoryPhases p;
+  p.cuda_version = "11.1";
+  p.lazy_loading = false;
+  p.init_framework = "DeepSpeed ZeRO-3";
+  ReportMemoryClass c;
+  c.ranks = "0-7";
+  c.usable_bytes = 1000;
+  c.cuda_context_bytes = 100;
+  c.nccl_bytes = 50;
+  c.nccl_communicators = 1;
+  c.cublas_workspace_bytes = 16;
+  c.cublas_in_allocator = false;
+  c.allocator_capacity_bytes = 834;
+  c.init_simulated = true;
+  c.init_capacity_bytes = 900;
+  c.init_peak_reserved_bytes = 700;
+  c.init_peak_at = "x";
+  c.init_oom = true;
+  c.init_oom_at = "y";
+  c.init_oom_requested_bytes = 300;
+  c.step_peak_reserved_bytes = 800;
+  c.headroom_bytes = 34;
+  p.classes.push_back(c);
+  c.ranks = "8";
+  c.init_simulated = false;
+  c.step_oom = true;
+  p.classes.push_back(c);
+  nlohmann::ordered_json j;
+  WriteReportMemory(ReportMemory{}, "", j);
+  WriteReportMemoryPhases(p, j);
+  EXPECT_EQ(j["memory"]["cuda"].dump(), R"({"version":"11.1","lazy_loading":false})");
+  EXPECT_EQ(j["memory"]["phases"][0].dump(),
+            R"({"ranks":"0-7","usable_bytes":1000,"cuda_context_bytes":100,"nccl_buffer_bytes":50,)"
+            R"("nccl_communicators":1,"cublas_workspace_bytes":16,"cublas_workspace_in_allocator":false,)"
+            R"("reserved_by_others_bytes":0,"allocator_capacity_bytes":834,"init":{"framework":"DeepSpeed ZeRO-3",)"
+            R"("capacity_bytes":900,"nccl_buffer_bytes":0,"peak_reserved_bytes":700,"peak_at":"x","verdict":"out of memory",)"
+            R"("oom_at":"y","oom_requested_bytes":300},"step":{"peak_reserved_bytes":800,"verdict":"fits","headroom_bytes":34}})");
+  EXPECT_TRUE(j["memory"]["phases"][1]["init"].is_null());
+  EXPECT_EQ(j["memory"]["phases"][1]["step"]["verdict"], "out of memory");
+  // The first six keys stay where run's report has them.
+  EXPECT_EQ(j["memory"].begin().key(), "peak_reserved_bytes");
+}
+
 }  // namespace
 }  // namespace shardscope::traces

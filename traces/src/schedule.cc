@@ -2,6 +2,10 @@
 #include "shardscope/traces/schedule.h"
 
 #include <array>
+#include <initializer_list>
+#include <optional>
+#include <string>
+
 #include <fmt/format.h>
 
 namespace shardscope::traces {
@@ -61,6 +65,50 @@ constexpr std::string_view kAttentionImplNames[] = {"flash2", "flash3", "cudnn",
 
 std::string_view AttentionImplName(AttentionImpl impl) {
   return kAttentionImplNames[static_cast<size_t>(impl)];
+}
+
+namespace {
+
+// The product of shape fields, or nullopt past kMaxOperandElements. Checked by division before
+// each multiplication, so nothing overflows whatever the factors.
+std::optional<int64_t> BoundedProduct(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t f : factors) {
+    if (f <= 0) return int64_t{0};  // non-positive shapes are ValidateSchedule's error
+    if (product > kMaxOperandElements / f) return std::nullopt;
+    product *= f;
+  }
+  return product;
+}
+
+std::string OperandError(std::string_view kernel, std::string_view operand, std::string_view factors,
+                         std::initializer_list<int64_t> values) {
+  if (BoundedProduct(values)) return "";
+  long double product = 1;
+  for (int64_t v : values) product *= static_cast<long double>(v);
+  return fmt::format("{} operand {} ({}) has {:.4g} elements, more than the limit of {} (2^48)", kernel, operand,
+                     factors, static_cast<double>(product), kMaxOperandElements);
+}
+
+}  // namespace
+
+std::string ComputeLimitViolation(const GemmDesc& g) {
+  for (std::string error : {OperandError("gemm", "A", "batch x m x k", {g.batch, g.m, g.k}),
+                            OperandError("gemm", "B", "batch x k x n", {g.batch, g.k, g.n}),
+                            OperandError("gemm", "C", "batch x m x n", {g.batch, g.m, g.n})}) {
+    if (!error.empty()) return error;
+  }
+  return "";
+}
+
+std::string ComputeLimitViolation(const AttentionDesc& a) {
+  for (std::string error :
+       {OperandError("attention", "Q", "batch x heads x seq_q x head_dim", {a.batch, a.heads, a.seq_q, a.head_dim}),
+        OperandError("attention", "K", "batch x kv_heads x seq_kv x head_dim",
+                     {a.batch, a.kv_heads, a.seq_kv, a.head_dim})}) {
+    if (!error.empty()) return error;
+  }
+  return "";
 }
 
 std::optional<AttentionImpl> ParseAttentionImpl(std::string_view name) {

@@ -48,11 +48,12 @@ StatusOr<ComputeDesc> ScheduleReader::ParseCompute(const Json& op, const std::st
     SHARDSCOPE_RETURN_IF_ERROR(
         CheckKeys(desc, desc_path, "gemm", {"m", "n", "k", "batch", "dtype"}));
     GemmDesc gemm;
-    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.m, IntField(desc, desc_path, "m"));
-    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.n, IntField(desc, desc_path, "n"));
-    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.k, IntField(desc, desc_path, "k"));
-    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.batch, IntFieldOr(desc, desc_path, "batch", 1));
+    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.m, IntField(desc, desc_path, "m", 1, kMaxShapeDim));
+    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.n, IntField(desc, desc_path, "n", 1, kMaxShapeDim));
+    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.k, IntField(desc, desc_path, "k", 1, kMaxShapeDim));
+    SHARDSCOPE_ASSIGN_OR_RETURN(gemm.batch, IntFieldOr(desc, desc_path, "batch", 1, 1, kMaxShapeDim));
     SHARDSCOPE_ASSIGN_OR_RETURN(gemm.dtype, DTypeFieldOr(desc, desc_path));
+    if (std::string reason = ComputeLimitViolation(gemm); !reason.empty()) return Fail(desc_path, reason);
     return ComputeDesc(gemm);
   }
   if (present[0] == "attention") {
@@ -60,14 +61,14 @@ StatusOr<ComputeDesc> ScheduleReader::ParseCompute(const Json& op, const std::st
                                          {"batch", "heads", "kv_heads", "seq_q", "seq_kv",
                                           "head_dim", "causal", "backward", "dtype", "impl"}));
     AttentionDesc attention;
-    SHARDSCOPE_ASSIGN_OR_RETURN(attention.batch, IntField(desc, desc_path, "batch"));
-    SHARDSCOPE_ASSIGN_OR_RETURN(attention.heads, IntField(desc, desc_path, "heads"));
+    SHARDSCOPE_ASSIGN_OR_RETURN(attention.batch, IntField(desc, desc_path, "batch", 1, kMaxShapeDim));
+    SHARDSCOPE_ASSIGN_OR_RETURN(attention.heads, IntField(desc, desc_path, "heads", 1, kMaxShapeDim));
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.kv_heads,
-                                IntFieldOr(desc, desc_path, "kv_heads", attention.heads));
-    SHARDSCOPE_ASSIGN_OR_RETURN(attention.seq_q, IntField(desc, desc_path, "seq_q"));
+                                IntFieldOr(desc, desc_path, "kv_heads", attention.heads, 1, kMaxShapeDim));
+    SHARDSCOPE_ASSIGN_OR_RETURN(attention.seq_q, IntField(desc, desc_path, "seq_q", 1, kMaxShapeDim));
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.seq_kv,
-                                IntFieldOr(desc, desc_path, "seq_kv", attention.seq_q));
-    SHARDSCOPE_ASSIGN_OR_RETURN(attention.head_dim, IntField(desc, desc_path, "head_dim"));
+                                IntFieldOr(desc, desc_path, "seq_kv", attention.seq_q, 1, kMaxShapeDim));
+    SHARDSCOPE_ASSIGN_OR_RETURN(attention.head_dim, IntField(desc, desc_path, "head_dim", 1, kMaxShapeDim));
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.causal, BoolFieldOr(desc, desc_path, "causal", true));
     SHARDSCOPE_ASSIGN_OR_RETURN(attention.backward,
                                 BoolFieldOr(desc, desc_path, "backward", false));
@@ -81,20 +82,21 @@ StatusOr<ComputeDesc> ScheduleReader::ParseCompute(const Json& op, const std::st
       }
       attention.impl = *parsed;
     }
+    if (std::string reason = ComputeLimitViolation(attention); !reason.empty()) return Fail(desc_path, reason);
     return ComputeDesc(attention);
   }
   if (present[0] == "memory") {
     SHARDSCOPE_RETURN_IF_ERROR(
         CheckKeys(desc, desc_path, "memory", {"bytes_read", "bytes_written"}));
     MemoryBoundDesc memory;
-    SHARDSCOPE_ASSIGN_OR_RETURN(memory.bytes_read, IntFieldOr(desc, desc_path, "bytes_read", 0));
+    SHARDSCOPE_ASSIGN_OR_RETURN(memory.bytes_read, IntFieldOr(desc, desc_path, "bytes_read", 0, 0, kMaxOpBytes));
     SHARDSCOPE_ASSIGN_OR_RETURN(memory.bytes_written,
-                                IntFieldOr(desc, desc_path, "bytes_written", 0));
+                                IntFieldOr(desc, desc_path, "bytes_written", 0, 0, kMaxOpBytes));
     return ComputeDesc(memory);
   }
   SHARDSCOPE_RETURN_IF_ERROR(CheckKeys(desc, desc_path, "fixed", {"duration_ns"}));
   FixedDurationDesc fixed;
-  SHARDSCOPE_ASSIGN_OR_RETURN(fixed.duration_ns, IntField(desc, desc_path, "duration_ns"));
+  SHARDSCOPE_ASSIGN_OR_RETURN(fixed.duration_ns, IntField(desc, desc_path, "duration_ns", 0, kMaxOpDurationNs));
   return ComputeDesc(fixed);
 }
 
@@ -111,7 +113,7 @@ Status ScheduleReader::ParseCollective(const Json& op, const std::string& path,
   }
   collective.type = *parsed;
   SHARDSCOPE_ASSIGN_OR_RETURN(pending.ref, StringField(op, path, "comm"));
-  SHARDSCOPE_ASSIGN_OR_RETURN(collective.bytes, IntField(op, path, "bytes"));
+  SHARDSCOPE_ASSIGN_OR_RETURN(collective.bytes, IntField(op, path, "bytes", 0, kMaxOpBytes));
   SHARDSCOPE_ASSIGN_OR_RETURN(collective.dtype, DTypeFieldOr(op, path));
   const bool p2p =
       collective.type == CollectiveType::kSend || collective.type == CollectiveType::kRecv;
@@ -242,7 +244,7 @@ StatusOr<PendingOp> ScheduleReader::ParseOp(const Json& json, const std::string&
                                                 Quote(copy_kind)));
       }
       copy.kind = *parsed;
-      SHARDSCOPE_ASSIGN_OR_RETURN(copy.bytes, IntField(json, path, "bytes"));
+      SHARDSCOPE_ASSIGN_OR_RETURN(copy.bytes, IntField(json, path, "bytes", 0, kMaxOpBytes));
       op.payload = copy;
       break;
     }
@@ -269,14 +271,14 @@ StatusOr<PendingOp> ScheduleReader::ParseOp(const Json& json, const std::string&
     }
     case 8: {
       HostWorkOp host;
-      SHARDSCOPE_ASSIGN_OR_RETURN(host.duration_ns, IntField(json, path, "duration_ns"));
+      SHARDSCOPE_ASSIGN_OR_RETURN(host.duration_ns, IntField(json, path, "duration_ns", 0, kMaxOpDurationNs));
       op.payload = host;
       break;
     }
     case 9: {
       AllocateOp allocate;
       SHARDSCOPE_ASSIGN_OR_RETURN(pending.ref, StringField(json, path, "tensor"));
-      SHARDSCOPE_ASSIGN_OR_RETURN(allocate.bytes, IntField(json, path, "bytes"));
+      SHARDSCOPE_ASSIGN_OR_RETURN(allocate.bytes, IntField(json, path, "bytes", 0, kMaxOpBytes));
       op.payload = allocate;
       break;
     }

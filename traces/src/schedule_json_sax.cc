@@ -201,6 +201,11 @@ class ScheduleSax final : public nlohmann::json_sax<Json> {
     StatusOr<PendingOp> op = reader_.ParseOp(op_.root(), path);
     if (!op.ok()) return Fail(op.status());
     if (pending_.size() <= op_program_) pending_.resize(op_program_ + 1);
+    // Refused while streaming, before the ops of a huge file are all in memory.
+    if (pending_[op_program_].size() >= static_cast<size_t>(kMaxOpsPerProgram)) {
+      return Fail(reader_.Fail(fmt::format("/programs/{}/ops", op_program_),
+                               fmt::format("more than {} ops in one program (the limit)", kMaxOpsPerProgram)));
+    }
     pending_[op_program_].push_back(std::move(op).value());
     op_.Reset();
     return true;

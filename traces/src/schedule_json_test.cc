@@ -343,7 +343,84 @@ TEST(ScheduleJsonTest, WaitOnNeverRecordedEvent) {
 
 TEST(ScheduleJsonTest, NegativeBytes) {
   EXPECT_EQ(ErrorOf(SmallWith(R"("bytes": 1024)", R"("bytes": -1024)")),
-            "test.json: rank 0, op id 1 (collective): bytes is negative (-1024)");
+            "test.json: /programs/0/ops/1/bytes (op id 1): expected an integer in [0, 1125899906842624], got -1024");
+}
+
+// Every number a schedule JSON gives is bounded above (schedule.h's limits), at its path:
+// the inputs of issue 17, which once reached the engine or the models as they were.
+TEST(ScheduleJsonTest, NumbersPastTheLimitsNameTheirPath) {
+  // collective bytes 2^62 (once a 9.6e9 ms step): the limit is 2^50 = 1125899906842624.
+  EXPECT_EQ(ErrorOf(SmallWith(R"("bytes": 1024)", R"("bytes": 4611686018427387904)")),
+            "test.json: /programs/0/ops/1/bytes (op id 1): expected an integer in [0, 1125899906842624], got "
+            "4611686018427387904");
+  EXPECT_TRUE(Parse(SmallWith(R"("bytes": 1024)", R"("bytes": 1125899906842624)")).ok());  // the limit itself
+  // allocate.bytes 2^63-1 (once a negative memory breakdown and exit 0).
+  EXPECT_EQ(ErrorOf(SmallWith(R"("bytes": 64)", R"("bytes": 9223372036854775807)")),
+            "test.json: /programs/0/ops/0/bytes (op id 0): expected an integer in [0, 1125899906842624], got "
+            "9223372036854775807");
+  // host_work.duration_ns 2^63-1 (once "event at -9223372036854196409 ns"): the limit is one
+  // hour, 3,600,000,000,000 ns.
+  EXPECT_EQ(ErrorOf(SmallWith(R"({"id": 5, "op": "free", "tensor": "t0"})",
+                              R"({"id": 5, "op": "free", "tensor": "t0"},
+                                 {"id": 6, "op": "host_work", "duration_ns": 9223372036854775807})")),
+            "test.json: /programs/0/ops/6/duration_ns (op id 6): expected an integer in [0, 3600000000000], got "
+            "9223372036854775807");
+  EXPECT_EQ(ErrorOf(SmallWith(R"("gemm": {"m": 8, "n": 8, "k": 8})", R"("fixed": {"duration_ns": 3600000000001})")),
+            "test.json: /programs/0/ops/4/fixed/duration_ns (op id 4): expected an integer in [0, 3600000000000], "
+            "got 3600000000001");
+  EXPECT_THAT(ErrorOf(SmallWith(R"("gemm": {"m": 8, "n": 8, "k": 8})",
+                                R"("memory": {"bytes_read": 1125899906842625})")),
+              HasSubstr("/programs/0/ops/4/memory/bytes_read (op id 4): expected an integer in [0, 1125899906842624]"));
+  // A GEMM of m = n = k = 2^30 (once undefined behaviour in the GEMM model): each field is at
+  // most 2^24 = 16777216.
+  EXPECT_EQ(ErrorOf(SmallWith(R"("m": 8)", R"("m": 1073741824)")),
+            "test.json: /programs/0/ops/4/gemm/m (op id 4): expected an integer in [1, 16777216], got 1073741824");
+  // Every field within 2^24, but operand A = batch x m x k = 2^24 x 2^24 x 8 = 2^51 elements,
+  // more than 2^48.
+  EXPECT_EQ(ErrorOf(SmallWith(R"("gemm": {"m": 8, "n": 8, "k": 8})",
+                              R"("gemm": {"m": 16777216, "n": 8, "k": 8, "batch": 16777216})")),
+            "test.json: /programs/0/ops/4/gemm (op id 4): gemm operand A (batch x m x k) has 2.252e+15 elements, "
+            "more than the limit of 281474976710656 (2^48)");
+  // Attention Q = batch x heads x seq_q x head_dim = 2^10 x 2^10 x 2^20 x 2^8 = 2^48 is the limit; one more
+  // head is past it.
+  const std::string attention = R"("attention": {"batch": 1024, "heads": HEADS, "kv_heads": 1, "seq_q": 1048576,
+                                                   "head_dim": 256})";
+  const auto with_heads = [&](std::string_view heads) {
+    std::string text = attention;
+    text.replace(text.find("HEADS"), 5, heads);
+    return SmallWith(R"("gemm": {"m": 8, "n": 8, "k": 8})", text);
+  };
+  EXPECT_TRUE(Parse(with_heads("1024")).ok()) << Parse(with_heads("1024")).status().message();
+  EXPECT_EQ(ErrorOf(with_heads("1025")),
+            "test.json: /programs/0/ops/4/attention (op id 4): attention operand Q (batch x heads x seq_q x "
+            "head_dim) has 2.817e+14 elements, more than the limit of 281474976710656 (2^48)");
+}
+
+// Each duration is within an hour, but a program's sum is bounded too (2^58 ns), so a host
+// clock cannot overflow adding them up: checked by ValidateSchedule on the whole program.
+TEST(ScheduleJsonTest, AProgramsDeclaredDurationsAreBoundedInAll) {
+  Schedule schedule;
+  schedule.communicators = {{"world", {0}}};
+  Program program;
+  program.name = "main";
+  program.streams = {{"s", 0}};
+  // 2^58 / 3.6e12 = 80,063.99: 80,063 hour-long ops fit, the 80,064th (op id 80063) passes.
+  constexpr int64_t kHour = kMaxOpDurationNs;
+  const int64_t fits = kMaxProgramDurationNs / kHour;
+  ASSERT_EQ(fits, 80063);
+  for (int64_t i = 0; i <= fits; ++i) {
+    Op op;
+    op.id = i;
+    op.payload = HostWorkOp{.duration_ns = kHour};
+    program.ops.push_back(op);
+  }
+  schedule.programs = {program};
+  schedule.ranks = {RankBinding{0, {}}};
+  EXPECT_EQ(ValidateSchedule(schedule).message(),
+            "rank 0, op id 80063 (host_work): the program's host_work and fixed-kernel durations add up to more than "
+            "288230376151711744 ns (the limit)");
+  schedule.programs[0].ops.pop_back();
+  EXPECT_TRUE(ValidateSchedule(schedule).ok());
 }
 
 TEST(ScheduleJsonTest, CollectiveOnCommunicatorWithoutTheRank) {

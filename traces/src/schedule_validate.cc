@@ -165,6 +165,11 @@ class Validator {
     // Per tensor: the op that allocated it while live, or the op that last freed it.
     std::vector<std::optional<int64_t>> live_since(program.tensors.size());
     std::vector<std::optional<int64_t>> freed_by(program.tensors.size());
+    if (program.ops.size() > static_cast<size_t>(kMaxOpsPerProgram)) {
+      return Status::InvalidInput(
+          fmt::format("{}: {} ops, more than the limit of {}", context, program.ops.size(), kMaxOpsPerProgram));
+    }
+    int64_t declared_ns = 0;  // host_work and fixed-kernel durations so far
     std::unordered_map<int64_t, size_t> ids;
     ids.reserve(program.ops.size());
 
@@ -217,12 +222,31 @@ class Validator {
         }
         return Status::Ok();
       };
-      const auto check_non_negative = [&](int64_t value, std::string_view what) -> Status {
+      // Non-negative and at most `max` (a limit of schedule.h).
+      const auto check_non_negative = [&](int64_t value, std::string_view what, int64_t max) -> Status {
         if (value < 0) return fail(fmt::format("{} is negative ({})", what, value));
+        if (value > max) return fail(fmt::format("{} {} is above the limit of {}", what, value, max));
+        return Status::Ok();
+      };
+      const auto check_bytes = [&](int64_t value, std::string_view what) {
+        return check_non_negative(value, what, kMaxOpBytes);
+      };
+      // Declared durations: each at most an hour, their sum over the program bounded too.
+      const auto check_duration = [&](int64_t value) -> Status {
+        SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(value, "duration_ns", kMaxOpDurationNs));
+        if (declared_ns > kMaxProgramDurationNs - value) {
+          return fail(fmt::format("the program's host_work and fixed-kernel durations add up to more than {} ns "
+                                  "(the limit)",
+                                  kMaxProgramDurationNs));
+        }
+        declared_ns += value;
         return Status::Ok();
       };
       const auto check_positive = [&](int64_t value, std::string_view what) -> Status {
         if (value <= 0) return fail(fmt::format("{} must be positive, got {}", what, value));
+        if (value > kMaxShapeDim) {
+          return fail(fmt::format("{} {} is above the limit of {}", what, value, kMaxShapeDim));
+        }
         return Status::Ok();
       };
 
@@ -233,6 +257,7 @@ class Validator {
           SHARDSCOPE_RETURN_IF_ERROR(check_positive(gemm->n, "gemm n"));
           SHARDSCOPE_RETURN_IF_ERROR(check_positive(gemm->k, "gemm k"));
           SHARDSCOPE_RETURN_IF_ERROR(check_positive(gemm->batch, "gemm batch"));
+          if (std::string reason = ComputeLimitViolation(*gemm); !reason.empty()) return fail(reason);
         } else if (const auto* attention = std::get_if<AttentionDesc>(&kernel->compute)) {
           SHARDSCOPE_RETURN_IF_ERROR(check_positive(attention->batch, "attention batch"));
           SHARDSCOPE_RETURN_IF_ERROR(check_positive(attention->heads, "attention heads"));
@@ -245,11 +270,12 @@ class Validator {
             return fail(fmt::format("attention kv_heads {} does not divide heads {}",
                                     attention->kv_heads, attention->heads));
           }
+          if (std::string reason = ComputeLimitViolation(*attention); !reason.empty()) return fail(reason);
         } else if (const auto* memory = std::get_if<MemoryBoundDesc>(&kernel->compute)) {
-          SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(memory->bytes_read, "bytes_read"));
-          SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(memory->bytes_written, "bytes_written"));
+          SHARDSCOPE_RETURN_IF_ERROR(check_bytes(memory->bytes_read, "bytes_read"));
+          SHARDSCOPE_RETURN_IF_ERROR(check_bytes(memory->bytes_written, "bytes_written"));
         } else if (const auto* fixed = std::get_if<FixedDurationDesc>(&kernel->compute)) {
-          SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(fixed->duration_ns, "duration_ns"));
+          SHARDSCOPE_RETURN_IF_ERROR(check_duration(fixed->duration_ns));
         }
       } else if (const auto* collective = std::get_if<CollectiveOp>(&op.payload)) {
         if (collective->comm < 0 ||
@@ -258,7 +284,7 @@ class Validator {
                                   collective->comm, program.comm_slots.size()));
         }
         SHARDSCOPE_RETURN_IF_ERROR(check_stream(collective->stream));
-        SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(collective->bytes, "bytes"));
+        SHARDSCOPE_RETURN_IF_ERROR(check_bytes(collective->bytes, "bytes"));
         // An OOM-flag agreement needs every member of the communicator: a send / recv pair
         // cannot be one.
         if (collective->oom_sync && IsPointToPoint(collective->type)) {
@@ -285,7 +311,7 @@ class Validator {
         }
       } else if (const auto* copy = std::get_if<MemcpyOp>(&op.payload)) {
         SHARDSCOPE_RETURN_IF_ERROR(check_stream(copy->stream));
-        SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(copy->bytes, "bytes"));
+        SHARDSCOPE_RETURN_IF_ERROR(check_bytes(copy->bytes, "bytes"));
       } else if (const auto* record = std::get_if<EventRecordOp>(&op.payload)) {
         SHARDSCOPE_RETURN_IF_ERROR(check_event(record->event));
         SHARDSCOPE_RETURN_IF_ERROR(check_stream(record->stream));
@@ -298,11 +324,11 @@ class Validator {
       } else if (const auto* event_sync = std::get_if<EventSynchronizeOp>(&op.payload)) {
         SHARDSCOPE_RETURN_IF_ERROR(check_recorded(event_sync->event));
       } else if (const auto* host = std::get_if<HostWorkOp>(&op.payload)) {
-        SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(host->duration_ns, "duration_ns"));
+        SHARDSCOPE_RETURN_IF_ERROR(check_duration(host->duration_ns));
       } else if (const auto* allocate = std::get_if<AllocateOp>(&op.payload)) {
         SHARDSCOPE_RETURN_IF_ERROR(check_tensor(allocate->tensor));
         SHARDSCOPE_RETURN_IF_ERROR(check_stream(allocate->stream));
-        SHARDSCOPE_RETURN_IF_ERROR(check_non_negative(allocate->bytes, "bytes"));
+        SHARDSCOPE_RETURN_IF_ERROR(check_bytes(allocate->bytes, "bytes"));
         const auto t = static_cast<size_t>(allocate->tensor);
         if (live_since[t]) {
           return fail(fmt::format("tensor '{}' is already allocated (by op id {})",

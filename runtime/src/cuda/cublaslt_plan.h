@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <cublasLt.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 #include "cuda/cuda_resources.h"
 #include "cuda/proxy_math.h"

@@ -3,9 +3,13 @@
 // Structure. A Job owns the ranks this process drives (one under mpirun, all of them in a
 // single process over local GPUs), each a CudaRank (cuda_rank.h: the device adapter, which
 // walks its program through the core's RankExecutor on its own host thread), and the core's
-// watchdog, exchange of results and report. Setup is two phases so that no rank waits in a
+// watchdog, exchange of results and report. Setup is phased so that no rank waits in a
 // collective for a rank that already failed: local state first (every rank), an agreement that
-// all succeeded, then NCCL (collective).
+// all succeeded, then NCCL (collective), then each rank's capacity (what is free once NCCL
+// holds its buffers), agreed again.
+//
+// The CUDA runtime, cuBLASLt and NCCL are opened here, on first use (cuda_api.h LoadCuda),
+// never linked.
 //
 // What the CPU cannot check is marked "GPU:" in comments: this file was compiled, not run, on
 // the machine that wrote it (no driver); scripts/gpu/validate_runtime.sh runs it.
@@ -19,7 +23,7 @@
 #include <thread>
 #include <utility>
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -76,6 +80,7 @@ class Job {
         local = plan.status();
         break;
       }
+      // The planned capacity; what the rank gets is decided once NCCL holds its buffers.
       const int64_t capacity = options_.common.capacity_bytes >= 0 ? options_.common.capacity_bytes
                                                                    : sim::AllocatorCapacity(setup_, rank);
       ranks_.push_back(std::make_unique<CudaRank>(schedule_, setup_, std::move(*plan), options_,
@@ -102,6 +107,15 @@ class Job {
       watchdog.Stop();
       return nccl;
     }
+    // Phase 3 (local, agreed): the schedule's capacity, from what cudaMemGetInfo leaves free.
+    Status capacity = Status::Ok();
+    for (auto& r : ranks_) {
+      if (capacity.ok()) capacity = r->SetScheduleCapacity();
+    }
+    if (Status agreed = AgreeAcrossRanks(capacity, "has no device memory left for the schedule"); !agreed.ok()) {
+      watchdog.Stop();
+      return agreed;
+    }
     // Run.
     if (threaded_) {
       std::vector<std::thread> threads;
@@ -121,7 +135,8 @@ class Job {
 
  private:
   StatusOr<int32_t> LocalRank() {
-    if (std::optional<int32_t> env = LocalRankFromEnvironment([](const char* n) -> const char* { return std::getenv(n); })) {
+    if (std::optional<int32_t> env =
+            LocalRankFromEnvironment([](const char* n) -> const char* { return std::getenv(n); })) {
       return *env;
     }
     // No launcher variable: the rank within the processes sharing this node's memory.
@@ -136,23 +151,29 @@ class Job {
   }
 
   Status InitNccl() {
+    // NCCL connects peers at communicator creation rather than in a communicator's first
+    // collective (NCCL_RUNTIME_CONNECT, NCCL >= 2.22, default 1: "dynamically connect peers
+    // during runtime"), so its buffers exist when phase 3 reads cudaMemGetInfo and no step
+    // pays for connection setup. A value the user set wins. TensorRT-LLM does the same for its
+    // memory estimate (cpp/tensorrt_llm/plugins/ncclPlugin/sendPlugin.cpp, SendPlugin::initialize).
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
     const int32_t world = schedule_.world_size();
     if (threaded_) {
       std::vector<ncclComm_t> comms(static_cast<size_t>(world), nullptr);
       std::vector<int> devices;
       for (auto& r : ranks_) devices.push_back(r->device());
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclCommInitAll(comms.data(), world, devices.data()));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclCommInitAll(comms.data(), world, devices.data()));
       for (size_t i = 0; i < ranks_.size(); ++i) ranks_[i]->SetWorld(comms[i]);
     } else {
       // The world communicator from a unique id rank 0 creates and MPI broadcasts (NCCL docs,
       // "Creating a communicator with options" / the MPI example).
       ncclUniqueId id{};
-      if (mpi_.rank() == 0) SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+      if (mpi_.rank() == 0) SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclGetUniqueId(&id));
       SHARDSCOPE_RETURN_IF_ERROR(
           MpiStatus(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast(ncclUniqueId)"));
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(ranks_[0]->device()));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaSetDevice(ranks_[0]->device()));
       ncclComm_t c = nullptr;
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclCommInitRank(&c, world, id, mpi_.rank()));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclCommInitRank(&c, world, id, mpi_.rank()));
       ranks_[0]->SetWorld(c);
     }
     // One split per schedule communicator, in index order, every rank (collective over the
@@ -160,12 +181,12 @@ class Job {
     std::vector<std::vector<ncclComm_t>> split(ranks_.size(),
                                                std::vector<ncclComm_t>(schedule_.communicators.size(), nullptr));
     for (size_t c = 0; c < schedule_.communicators.size(); ++c) {
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGroupStart());
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclGroupStart());
       Status status = Status::Ok();
       for (size_t r = 0; r < ranks_.size() && status.ok(); ++r) {
         status = ranks_[r]->Split(ranks_[r]->plan().communicators[c], &split[r][c]);
       }
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGroupEnd());
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclGroupEnd());
       SHARDSCOPE_RETURN_IF_ERROR(status);
     }
     for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->AdoptComms(split[r]);
@@ -194,7 +215,8 @@ class Job {
     RunResult result = RunResultOf(exchanged.ranks);
     result.summary = SummaryText(exchanged.ranks);
     const std::filesystem::path dir(options_.common.out_dir);
-    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically((dir / "report.json").string(), ReportJson(exchanged.ranks)));
+    SHARDSCOPE_RETURN_IF_ERROR(
+        traces::WriteFileAtomically((dir / "report.json").string(), ReportJson(exchanged.ranks)));
     SHARDSCOPE_RETURN_IF_ERROR(WriteHostTimeline((dir / "host_timeline.json").string(), schedule_, exchanged.timeline,
                                                  fmt::format("shardscope {} run --backend cuda", sim::Version()),
                                                  "nccl"));
@@ -206,14 +228,22 @@ class Job {
     std::string text = fmt::format("{}: ran {} rank(s) on the CUDA backend ({}), {} warm-up + {} measured step(s)\n",
                                    options_.common.source, schedule_.world_size(), ranks_[0]->device_name(),
                                    options_.common.warmup, options_.common.steps);
-    text += fmt::format("  step (median, slowest rank)  {:>12.3f} ms (CUDA events)\n", static_cast<double>(step) * 1e-6);
+    text +=
+        fmt::format("  step (median, slowest rank)  {:>12.3f} ms (CUDA events)\n", static_cast<double>(step) * 1e-6);
     if (options_.cuda_graph) {
       text += fmt::format("  CUDA graph replay            {:>12.3f} ms (eager / graph = {:.3f})\n",
                           static_cast<double>(graph) * 1e-6,
                           graph > 0 ? static_cast<double>(step) / static_cast<double>(graph) : 0.0);
     }
-    text += fmt::format("  peak reserved                {:>12} bytes (the simulator's allocator policy over cudaMalloc)\n",
+    text += fmt::format("  peak reserved                {:>12} bytes (the simulator's allocator policy)\n",
                         LargestPeakReserved(ranks));
+    for (const RankResult& r : ranks) {
+      if (r.planned_capacity > r.capacity) {
+        text += fmt::format("  rank {}: capacity {} bytes, not the simulator's {}: cudaMemGetInfo left {} free once "
+                            "the CUDA context, proxy operands and NCCL held theirs\n",
+                            &r - ranks.data(), r.capacity, r.planned_capacity, r.meminfo_free_after_setup);
+      }
+    }
     return text + OomSummaryLines(ranks);
   }
 
@@ -232,12 +262,16 @@ class Job {
         {"warmup", options_.common.warmup},
         {"cuda_graph", options_.cuda_graph},
         {"timeout_s", options_.common.timeout_s}};
-    // CUDA-only, per rank: the device, what cudaMemGetInfo said when the allocator's reserved
-    // bytes peaked (the real device's view, CUDA context and proxy operands included), the
-    // proxy operands' own pool, and the CUDA-graph replays.
+    // CUDA-only, per rank: the device, what cudaMemGetInfo said once setup was done (CUDA
+    // context, proxy operands, NCCL's buffers held; the schedule's capacity is the smaller of
+    // its free bytes and the simulator's capacity_planned_bytes), the proxy operands' own
+    // pool, and the CUDA-graph replays.
     auto extras = [this](const RankResult& r, nlohmann::ordered_json& rank) {
       rank["device"] = r.device;
-      rank["mem_get_info_at_peak"] = {{"free_bytes", r.meminfo_free_at_peak}, {"total_bytes", r.meminfo_total}};
+      rank["capacity_planned_bytes"] = r.planned_capacity;
+      rank["device_backing_bytes"] = r.device_backing;
+      rank["mem_get_info_after_setup"] = {{"free_bytes", r.meminfo_free_after_setup},
+                                          {"total_bytes", r.meminfo_total}};
       rank["operand_reserved_bytes"] = r.operand_reserved;
       if (options_.cuda_graph) rank["graph_step_times_ns"] = r.graph_times;
     };
@@ -259,11 +293,13 @@ class Job {
 bool CudaBackendBuilt() { return true; }
 
 StatusOr<int32_t> CudaDeviceCount() {
+  SHARDSCOPE_RETURN_IF_ERROR(cuda::LoadCuda());
+  using cuda::Cuda;
   int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
+  const cudaError_t e = Cuda().cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Status::InvalidInput(cuda::NoDeviceMessage(cudaGetErrorString(e)));
+    (void)Cuda().cudaGetLastError();
+    return Status::InvalidInput(cuda::NoDeviceMessage(Cuda().cudaGetErrorString(e)));
   }
   if (count <= 0) return Status::InvalidInput(cuda::NoDeviceMessage("cudaGetDeviceCount found 0 devices"));
   return static_cast<int32_t>(count);
@@ -271,18 +307,7 @@ StatusOr<int32_t> CudaDeviceCount() {
 
 StatusOr<RunResult> RunCudaBackend(const MpiSession& mpi, const traces::Schedule& schedule,
                                    const sim::SimulationSetup& setup, const CudaRunOptions& options) {
-  if (options.common.steps < 1) {
-    return Status::InvalidInput(fmt::format("--steps: expected >= 1, got {}", options.common.steps));
-  }
-  if (options.common.warmup < 0) {
-    return Status::InvalidInput(fmt::format("--warmup: expected >= 0, got {}", options.common.warmup));
-  }
-  if (!(options.common.timeout_s > 0) || options.common.timeout_s > 1e6) {
-    return Status::InvalidInput(fmt::format("--timeout: expected seconds in (0, 1e6], got {}", options.common.timeout_s));
-  }
-  if (options.cuda_graph && options.graph_replays < 1) {
-    return Status::InvalidInput(fmt::format("graph replays: expected >= 1, got {}", options.graph_replays));
-  }
+  SHARDSCOPE_RETURN_IF_ERROR(CheckCudaRunOptions(options));
   SHARDSCOPE_ASSIGN_OR_RETURN(const int32_t devices, CudaDeviceCount());
   cuda::Job job(mpi, schedule, setup, options);
   return job.Run(devices);

@@ -62,7 +62,12 @@ StatusOr<std::pair<traces::Schedule, sim::SimulationSetup>> TinyOneGpu() {
   return std::make_pair(std::move(schedule), std::move(setup));
 }
 
-TEST(CudaBackendGpuTest, TinyFsdp2OnOneGpuCompletesWithTheSimulatorsPeak) {
+// Completes on a GPU, with measured step times and the device's memory view. The peak check
+// at the end is plumbing, named so: the run's allocator and the simulator's are the same
+// sim::CachingAllocator fed the same calls, so equal peaks show the backend makes the
+// schedule's allocator calls in order, not that the allocator model matches PyTorch's (that
+// is scripts/gpu/validate_allocator.sh, docs/VALIDATION.md).
+TEST(CudaBackendGpuTest, TinyFsdp2OnOneGpuCompletesPlumbingPeakAsSimulated) {
   SKIP_WITHOUT_GPU();
   StatusOr<std::pair<traces::Schedule, sim::SimulationSetup>> input = TinyOneGpu();
   ASSERT_TRUE(input.ok()) << input.status().message();
@@ -71,7 +76,7 @@ TEST(CudaBackendGpuTest, TinyFsdp2OnOneGpuCompletesWithTheSimulatorsPeak) {
 
   // The simulator's prediction of the same schedule: one warm-up pass and a step.
   const sim::ClusterCostProvider costs(schedule, setup.cluster);
-  StatusOr<sim::SimulationResult> simulated = sim::Simulate(schedule, costs, sim::EngineConfigFor(setup, 1), nullptr);
+  StatusOr<sim::SimulationResult> simulated = sim::Simulate(schedule, costs, sim::EngineConfigFor(setup, schedule), nullptr);
   ASSERT_TRUE(simulated.ok()) << simulated.status().message();
   const int64_t simulated_peak = simulated->ranks[0].memory.stats.reserved_bytes_peak;
   ASSERT_GT(simulated_peak, 0);
@@ -96,10 +101,14 @@ TEST(CudaBackendGpuTest, TinyFsdp2OnOneGpuCompletesWithTheSimulatorsPeak) {
   const nlohmann::json report = nlohmann::json::parse(ReadText((out / "report.json").string()));
   const nlohmann::json& rank = report["ranks"][0];
   EXPECT_EQ(report["runtime"]["backend"], "cuda");
-  EXPECT_EQ(rank["peak_reserved_bytes"].get<int64_t>(), simulated_peak);
+  // Plumbing (see above). The capacity is the simulator's unless the device had less free.
+  if (rank["capacity_bytes"].get<int64_t>() == rank["capacity_planned_bytes"].get<int64_t>()) {
+    EXPECT_EQ(rank["peak_reserved_bytes"].get<int64_t>(), simulated_peak) << "plumbing";
+  }
   EXPECT_EQ(rank["step_times_ns"].size(), 2u);
   for (const auto& t : rank["step_times_ns"]) EXPECT_GT(t.get<int64_t>(), 0);
-  EXPECT_GT(rank["mem_get_info_at_peak"]["total_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(rank["mem_get_info_after_setup"]["total_bytes"].get<int64_t>(), 0);
+  EXPECT_LE(rank["capacity_bytes"].get<int64_t>(), rank["mem_get_info_after_setup"]["free_bytes"].get<int64_t>());
 }
 
 TEST(CudaBackendGpuTest, GemmProxyReachesTheBestCublasLtAlgorithm) {

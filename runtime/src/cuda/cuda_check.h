@@ -3,7 +3,8 @@
 //   SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));   // return the error (default)
 //   SHARDSCOPE_CUDA_CHECK_OR_ABORT(cudaEventRecord(e, s));        // impossible state: abort
 //   SHARDSCOPE_CUDA_LOG_IF_ERROR(cudaStreamDestroy(s));           // destructors: log, go on
-// Never `assert` on a result: it vanishes under NDEBUG. CUDA builds only.
+// Never `assert` on a result: it vanishes under NDEBUG. The error strings come from the
+// loaded libraries (cuda_api.h). CUDA builds only.
 #ifndef SHARDSCOPE_RUNTIME_CUDA_CUDA_CHECK_H_
 #define SHARDSCOPE_RUNTIME_CUDA_CUDA_CHECK_H_
 
@@ -12,10 +13,11 @@
 #include <string_view>
 
 #include <cublasLt.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include "cuda/cuda_api.h"
 #include "shardscope/base/status.h"
 
 namespace shardscope::runtime::cuda {
@@ -23,13 +25,17 @@ namespace shardscope::runtime::cuda {
 inline bool IsOk(cudaError_t e) { return e == cudaSuccess; }
 inline bool IsOk(ncclResult_t e) { return e == ncclSuccess; }
 inline bool IsOk(cublasStatus_t e) { return e == CUBLAS_STATUS_SUCCESS; }
-inline const char* ErrorString(cudaError_t e) { return cudaGetErrorString(e); }
-inline const char* ErrorString(ncclResult_t e) { return ncclGetErrorString(e); }
-inline const char* ErrorString(cublasStatus_t e) { return cublasLtGetStatusString(e); }
+inline const char* ErrorString(cudaError_t e) { return Cuda().cudaGetErrorString(e); }
+inline const char* ErrorString(ncclResult_t e) { return Cuda().ncclGetErrorString(e); }
+inline const char* ErrorString(cublasStatus_t e) { return Cuda().cublasLtGetStatusString(e); }
 
+// `call` as written at the call site; "Cuda()." (the table of cuda_api.h) is not part of the
+// call's name and is dropped.
 template <typename Result>
 Status CallStatus(Result result, std::string_view call, const char* file, int line) {
   if (IsOk(result)) return Status::Ok();
+  constexpr std::string_view kTable = "Cuda().";
+  if (call.substr(0, kTable.size()) == kTable) call.remove_prefix(kTable.size());
   return Status::Internal(fmt::format("{} failed: {} ({}:{})", call, ErrorString(result), file, line));
 }
 

@@ -81,32 +81,35 @@ class CudaEvent final : public DeviceEvent {
 }  // namespace
 
 CudaRank::CudaRank(const traces::Schedule& schedule, const sim::SimulationSetup& setup, ExecutionPlan plan,
-                   const CudaRunOptions& options, int32_t device, int64_t capacity)
+                   const CudaRunOptions& options, int32_t device, int64_t planned_capacity)
     : plan_(std::move(plan)),
       options_(options),
       device_(device),
-      memory_(capacity),
+      memory_(planned_capacity),
       events_(streams_),
       operand_memory_(std::numeric_limits<int64_t>::max() / 4),
       operand_events_(streams_),
       operand_allocator_(OperandConfig(setup.memory.allocator), operand_memory_, operand_events_),
-      executor_(schedule, setup, plan_, options.common, capacity, *this) {}
+      executor_(schedule, setup, plan_, options.common, *this) {}
 
 // ---- Setup
 
 // Phase 1: everything that needs no other rank.
 Status CudaRank::SetupLocal() {
+  // The first steps of a run load modules and connect peers (CUDA's lazy loading, NCCL's
+  // runtime connection): a run without a warm-up step would time them.
+  SHARDSCOPE_RETURN_IF_ERROR(CheckCudaRunOptions(options_));
   if (plan_.streams.empty()) {
     return Status::InvalidInput(fmt::format("rank {}'s program declares no stream", plan_.rank));
   }
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaSetDevice(device_));
   cudaDeviceProp prop{};
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaGetDeviceProperties(&prop, device_));
   cc_ = ComputeCapability{prop.major, prop.minor};
   sm_count_ = prop.multiProcessorCount;
   device_name_ = prop.name;
   PriorityRange range;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&range.least, &range.greatest));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaDeviceGetStreamPriorityRange(&range.least, &range.greatest));
   std::vector<int32_t> priorities;
   for (const StreamPlan& s : plan_.streams) priorities.push_back(s.priority);
   stream_priorities_ = MapStreamPriorities(priorities, range);
@@ -114,7 +117,7 @@ Status CudaRank::SetupLocal() {
     cudaStream_t s = nullptr;
     // Non-blocking: the schedule's streams never synchronize with the legacy default stream
     // implicitly (PyTorch's side streams are created this way too).
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
     streams_.emplace_back(s);
   }
   for (int32_t e = 0; e < plan_.num_events; ++e) {
@@ -132,13 +135,31 @@ Status CudaRank::SetupLocal() {
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(step_start_, MakeEvent(true));
   SHARDSCOPE_ASSIGN_OR_RETURN(step_end_, MakeEvent(true));
+  SHARDSCOPE_ASSIGN_OR_RETURN(kernels_, ProxyKernels::Load());
   cublasLtHandle_t lt = nullptr;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cublasLtCreate(&lt));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cublasLtCreate(&lt));
   lt_ = OwnedLt(lt);
   SHARDSCOPE_RETURN_IF_ERROR(AllocateOperands());
+  SHARDSCOPE_RETURN_IF_ERROR(PreparePlans());
   host_spin_ = CalibrateHostSpin();
   SHARDSCOPE_RETURN_IF_ERROR(CalibrateKernelSpin());
+  // The operands were zeroed on the schedule's streams, which are non-blocking (no implicit
+  // order with anything else): step 0 starts only once every setup operation has completed.
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaDeviceSynchronize());
   return Status::Ok();
+}
+
+// Phase 3: what is free once the CUDA context, the proxy operands and cuBLASLt workspaces
+// (phase 1) and NCCL's communicators with their buffers (phase 2; NCCL_RUNTIME_CONNECT=0, see
+// cuda_backend.cc) hold theirs is the most the schedule's allocator may reserve: with more, a
+// plan near capacity would fail in cudaMalloc before the policy ever saw an out-of-memory.
+Status CudaRank::SetScheduleCapacity() {
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaSetDevice(device_));
+  size_t free_bytes = 0, total_bytes = 0;
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMemGetInfo(&free_bytes, &total_bytes));
+  meminfo_free_after_setup_ = static_cast<int64_t>(free_bytes);
+  meminfo_total_ = static_cast<int64_t>(total_bytes);
+  return memory_.SetCapacity(meminfo_free_after_setup_).WithContext(fmt::format("rank {}", plan_.rank));
 }
 
 // Phase 2, collective over the world: one ncclCommSplit per schedule communicator in index
@@ -146,7 +167,7 @@ Status CudaRank::SetupLocal() {
 // group by the Job when one thread splits for several ranks.
 Status CudaRank::Split(const CommunicatorPlan& c, ncclComm_t* out) {
   const int color = c.color == kNoColor ? NCCL_SPLIT_NOCOLOR : c.color;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclCommSplit(world_->get(), color, c.key, out, nullptr));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclCommSplit(world_->get(), color, c.key, out, nullptr));
   return Status::Ok();
 }
 
@@ -164,17 +185,24 @@ sim::AllocatorConfig CudaRank::OperandConfig(sim::AllocatorConfig config) {
 
 // Operand buffers through the operand allocator (the same policy, its own pool: the
 // schedule's allocator sees exactly the schedule's calls, so its peaks are the
-// simulator's), zero-filled so no NaN or denormal slows a GEMM.
+// simulator's), zero-filled so no NaN or denormal slows a GEMM. The fill is queued on the
+// stream that uses the buffer (the legacy stream would not order it with the schedule's
+// non-blocking streams); SetupLocal synchronizes before step 0.
 StatusOr<void*> CudaRank::OperandBuffer(int64_t bytes, int32_t stream) {
   if (bytes <= 0) return static_cast<void*>(nullptr);
   const sim::MallocOutcome out = operand_allocator_.Malloc(bytes, stream);
+  // A cudaMalloc that failed with anything but "out of memory" is reported as such, even when
+  // the allocator's retry then got the memory.
+  SHARDSCOPE_RETURN_IF_ERROR(operand_memory_.TakeError().WithContext(
+      fmt::format("rank {}: proxy operands on device {}", plan_.rank, device_)));
   if (!out.ok) {
-    return Status::Internal(fmt::format("rank {}: cannot allocate {} bytes of proxy operands on device {}",
-                                        plan_.rank, bytes, device_));
+    return Status::InvalidInput(fmt::format(
+        "rank {}: the proxy operands need {} more bytes than device {} has free (cudaMalloc: out of memory)",
+        plan_.rank, bytes, device_));
   }
   void* p = operand_memory_.PointerOf(out.address);
   if (p == nullptr) return Status::Internal("operand block outside its segment");
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, static_cast<size_t>(bytes)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), StreamOf(stream)));
   return p;
 }
 
@@ -207,7 +235,7 @@ Status CudaRank::AllocateOperands() {
   // CUDA Runtime API, "API synchronization behavior").
   if (host_bytes > 0) {
     void* p = nullptr;
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, static_cast<size_t>(host_bytes)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaMallocHost(&p, static_cast<size_t>(host_bytes)));
     pinned_ = OwnedHostBuffer(p);
   }
   return Status::Ok();
@@ -218,15 +246,15 @@ Status CudaRank::CalibrateKernelSpin() {
   SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent a, MakeEvent(true));
   SHARDSCOPE_ASSIGN_OR_RETURN(OwnedEvent b, MakeEvent(true));
   std::vector<std::pair<int64_t, int64_t>> samples;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(LaunchSpin(0, s));  // module load, first launch
+  SHARDSCOPE_RETURN_IF_ERROR(kernels_.LaunchSpin(0, s));  // module load, first launch
   for (int r = 0; r < kCalibrationRepeats; ++r) {
     for (int64_t ns : kCalibrationPointsNs) {
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(a.get(), s));
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(LaunchSpin(ns, s));
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(b.get(), s));
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(b.get()));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(a.get(), s));
+      SHARDSCOPE_RETURN_IF_ERROR(kernels_.LaunchSpin(ns, s));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(b.get(), s));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventSynchronize(b.get()));
       float ms = 0;
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, a.get(), b.get()));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventElapsedTime(&ms, a.get(), b.get()));
       samples.emplace_back(ns, static_cast<int64_t>(static_cast<double>(ms) * 1e6));
     }
   }
@@ -234,10 +262,41 @@ Status CudaRank::CalibrateKernelSpin() {
   return Status::Ok();
 }
 
+// Every cuBLASLt plan the program needs, built at setup: the heuristic query
+// (cublasLtMatmulAlgoGetHeuristic) allocates and takes host time, none of which belongs in a
+// measured step. Walks the shapes RunKernel launches: per GEMM its problem; per attention its
+// two GEMM shapes at the chunk size and, when heads x batch does not divide, the last chunk's.
+Status CudaRank::PreparePlans() {
+  for (const traces::Op& op : plan_.program->ops) {
+    const auto* k = std::get_if<traces::KernelOp>(&op.payload);
+    if (k == nullptr) continue;
+    const auto workspace = static_cast<size_t>(operands_[static_cast<size_t>(k->stream)].workspace_bytes);
+    if (const auto* g = std::get_if<traces::GemmDesc>(&k->compute)) {
+      SHARDSCOPE_RETURN_IF_ERROR(PlanFor(GemmProblem(*g, cc_), workspace).status());
+    } else if (const auto* a = std::get_if<traces::AttentionDesc>(&k->compute)) {
+      const AttentionProxy proxy = AttentionProblem(*a, cc_);
+      for (const int64_t chunk : {proxy.batch_chunk, proxy.total_batch % std::max<int64_t>(1, proxy.batch_chunk)}) {
+        if (chunk <= 0) continue;
+        LtProblem qk = proxy.qk, pv = proxy.pv;
+        qk.batch = chunk;
+        pv.batch = chunk;
+        SHARDSCOPE_RETURN_IF_ERROR(PlanFor(qk, workspace).status());
+        SHARDSCOPE_RETURN_IF_ERROR(PlanFor(pv, workspace).status());
+      }
+    }
+  }
+  plans_frozen_ = true;
+  return Status::Ok();
+}
+
 StatusOr<LtPlan*> CudaRank::PlanFor(const LtProblem& p, size_t workspace) {
   const std::string key = ProblemKey(p) + fmt::format(" ws{}", workspace);
   auto it = lt_plans_.find(key);
   if (it != lt_plans_.end()) return it->second.get();
+  if (plans_frozen_) {
+    return Status::Internal(fmt::format("no cuBLASLt plan was prepared for the GEMM {} (PreparePlans missed a shape)",
+                                        ProblemKey(p)));
+  }
   auto plan = std::make_unique<LtPlan>();
   std::vector<cublasLtMatmulHeuristicResult_t> results;
   SHARDSCOPE_RETURN_IF_ERROR(BuildLtPlan(lt_.get(), p, workspace, 1, plan.get(), &results));
@@ -254,9 +313,8 @@ Status CudaRank::Gemm(const LtProblem& p, int32_t stream) {
 Status CudaRank::MemoryPass(int64_t read, int64_t written, int32_t stream) {
   const Operands& o = operands_[static_cast<size_t>(stream)];
   const CopyGeometry g = MemoryBoundGeometry(read, written, sm_count_);
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(
-      LaunchMemoryBound(g.read_vectors, g.write_vectors, g.blocks, g.threads_per_block, o.src, o.dst, StreamOf(stream)));
-  return Status::Ok();
+  return kernels_.LaunchMemoryBound(g.read_vectors, g.write_vectors, g.blocks, g.threads_per_block, o.src, o.dst,
+                                    StreamOf(stream));
 }
 
 Status CudaRank::RunKernel(const traces::KernelOp& k) {
@@ -277,8 +335,7 @@ Status CudaRank::RunKernel(const traces::KernelOp& k) {
     return MemoryPass(m->bytes_read, m->bytes_written, k.stream);
   }
   const auto& fixed = std::get<traces::FixedDurationDesc>(k.compute);
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(LaunchSpin(SpinRequestFor(kernel_spin_, fixed.duration_ns), StreamOf(k.stream)));
-  return Status::Ok();
+  return kernels_.LaunchSpin(SpinRequestFor(kernel_spin_, fixed.duration_ns), StreamOf(k.stream));
 }
 
 Status CudaRank::RunMemcpy(const traces::MemcpyOp& m) {
@@ -287,13 +344,16 @@ Status CudaRank::RunMemcpy(const traces::MemcpyOp& m) {
   if (bytes == 0) return Status::Ok();
   switch (m.kind) {
     case traces::MemcpyKind::kHostToDevice:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(o.dst, pinned_.get(), bytes, cudaMemcpyHostToDevice, StreamOf(m.stream)));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().cudaMemcpyAsync(o.dst, pinned_.get(), bytes, cudaMemcpyHostToDevice, StreamOf(m.stream)));
       break;
     case traces::MemcpyKind::kDeviceToHost:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.get(), o.src, bytes, cudaMemcpyDeviceToHost, StreamOf(m.stream)));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().cudaMemcpyAsync(pinned_.get(), o.src, bytes, cudaMemcpyDeviceToHost, StreamOf(m.stream)));
       break;
     case traces::MemcpyKind::kDeviceToDevice:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(o.dst, o.src, bytes, cudaMemcpyDeviceToDevice, StreamOf(m.stream)));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().cudaMemcpyAsync(o.dst, o.src, bytes, cudaMemcpyDeviceToDevice, StreamOf(m.stream)));
       break;
   }
   return Status::Ok();
@@ -301,7 +361,8 @@ Status CudaRank::RunMemcpy(const traces::MemcpyOp& m) {
 
 Status CudaRank::Collective(const OpPlan& op, int32_t index, int32_t /*step*/, int64_t /*record*/) {
   const auto& coll = std::get<traces::CollectiveOp>(plan_.program->ops[static_cast<size_t>(index)].payload);
-  ncclComm_t comm = comms_[static_cast<size_t>(op.communicator)] ? comms_[static_cast<size_t>(op.communicator)]->get() : nullptr;
+  ncclComm_t comm =
+      comms_[static_cast<size_t>(op.communicator)] ? comms_[static_cast<size_t>(op.communicator)]->get() : nullptr;
   if (comm == nullptr) return Status::Internal(fmt::format("op {}: no NCCL communicator", op.op_id));
   cudaStream_t stream = StreamOf(op.stream);
   void* send = send_[static_cast<size_t>(op.communicator)];
@@ -316,40 +377,53 @@ Status CudaRank::Collective(const OpPlan& op, int32_t index, int32_t /*step*/, i
   // is NCCL's own behaviour here and needs no code.
   switch (coll.type) {
     case CollectiveType::kAllGather:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclAllGather(send, recv, send_count, t.type, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclAllGather(send, recv, send_count, t.type, comm, stream));
       break;
     case CollectiveType::kReduceScatter:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send, recv, recv_count, t.type, t.op, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclReduceScatter(send, recv, recv_count, t.type, t.op, comm, stream));
       break;
     case CollectiveType::kAllReduce:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclAllReduce(send, recv, send_count, t.type, t.op, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclAllReduce(send, recv, send_count, t.type, t.op, comm, stream));
       break;
     case CollectiveType::kBroadcast:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclBroadcast(send, recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().ncclBroadcast(send, recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
       break;
     case CollectiveType::kReduce:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclReduce(send, recv, send_count, t.type, t.op, op.peer_comm_rank, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(
+          Cuda().ncclReduce(send, recv, send_count, t.type, t.op, op.peer_comm_rank, comm, stream));
       break;
     case CollectiveType::kAllToAll: {
-      // ProcessGroupNCCL::alltoall_base: a group of one send and one receive per peer.
-      const auto group = plan_.communicators[static_cast<size_t>(op.communicator)].ranks.size();
-      const size_t part = send_count / std::max<size_t>(1, group);
-      const size_t part_bytes = part * static_cast<size_t>(op.buffers.element_bytes);
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGroupStart());
-      for (size_t peer = 0; peer < group; ++peer) {
-        SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclSend(static_cast<char*>(send) + peer * part_bytes, part, t.type,
-                                                 static_cast<int>(peer), comm, stream));
-        SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclRecv(static_cast<char*>(recv) + peer * part_bytes, part, t.type,
-                                                 static_cast<int>(peer), comm, stream));
+      // ProcessGroupNCCL::alltoall_base: a group of one send and one receive per peer, with
+      // the per-peer counts both sides of each pair agree on (execution_plan.h
+      // AllToAllPeerElements), packed in peer order in the send and receive buffers.
+      const auto element = static_cast<size_t>(op.buffers.element_bytes);
+      size_t offset = 0;
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclGroupStart());
+      Status status = Status::Ok();
+      for (size_t peer = 0; peer < op.peer_elements.size() && status.ok(); ++peer) {
+        const auto count = static_cast<size_t>(op.peer_elements[peer]);
+        status = CallStatus(Cuda().ncclSend(static_cast<char*>(send) + offset * element, count, t.type,
+                                            static_cast<int>(peer), comm, stream),
+                            "ncclSend", __FILE__, __LINE__);
+        if (status.ok()) {
+          status = CallStatus(Cuda().ncclRecv(static_cast<char*>(recv) + offset * element, count, t.type,
+                                              static_cast<int>(peer), comm, stream),
+                              "ncclRecv", __FILE__, __LINE__);
+        }
+        offset += count;
       }
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclGroupEnd());
+      // The group is always closed, even after a failed call inside it.
+      const Status end = CallStatus(Cuda().ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__);
+      SHARDSCOPE_RETURN_IF_ERROR(status);
+      SHARDSCOPE_RETURN_IF_ERROR(end);
       break;
     }
     case CollectiveType::kSend:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclSend(send, send_count, t.type, op.peer_comm_rank, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclSend(send, send_count, t.type, op.peer_comm_rank, comm, stream));
       break;
     case CollectiveType::kRecv:
-      SHARDSCOPE_CUDA_RETURN_IF_ERROR(ncclRecv(recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
+      SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().ncclRecv(recv, recv_count, t.type, op.peer_comm_rank, comm, stream));
       break;
   }
   return Status::Ok();
@@ -358,53 +432,55 @@ Status CudaRank::Collective(const OpPlan& op, int32_t index, int32_t /*step*/, i
 // The step's end on the device: every stream joins stream 0, then the end event.
 Status CudaRank::JoinStreams() {
   for (size_t s = 1; s < streams_.size(); ++s) {
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_events_[s].get(), streams_[s].get()));
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(StreamOf(0), join_events_[s].get(), 0));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(join_events_[s].get(), streams_[s].get()));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaStreamWaitEvent(StreamOf(0), join_events_[s].get(), 0));
   }
   return Status::Ok();
 }
 
 // Inside a capture, every other stream forks from stream 0 (joins the capture).
 Status CudaRank::ForkStreams() {
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(join_events_[0].get(), StreamOf(0)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(join_events_[0].get(), StreamOf(0)));
   for (size_t s = 1; s < streams_.size(); ++s) {
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(streams_[s].get(), join_events_[0].get(), 0));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaStreamWaitEvent(streams_[s].get(), join_events_[0].get(), 0));
   }
   return Status::Ok();
 }
 
 StatusOr<int64_t> CudaRank::ElapsedNs() {
   float ms = 0;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, step_start_.get(), step_end_.get()));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventElapsedTime(&ms, step_start_.get(), step_end_.get()));
   return static_cast<int64_t>(static_cast<double>(ms) * 1e6);
 }
 
-// One step captured on stream 0 (relaxed mode: the allocator's host-side calls may still
-// cudaMalloc; with a warm allocator they hit its cache), then replayed. GPU: NCCL kernels are
-// capturable since NCCL 2.9 (NCCL docs, "Using NCCL with CUDA Graphs").
+// One step captured on stream 0 (relaxed mode; the allocator's calls are accounting only and a
+// segment released meanwhile skips its device synchronization), then replayed. GPU: NCCL
+// kernels are capturable since NCCL 2.9 (NCCL docs, "Using NCCL with CUDA Graphs").
 Status CudaRank::CaptureAndReplay() {
   const int32_t step = options_.common.warmup + options_.common.steps;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(StreamOf(0), cudaStreamCaptureModeRelaxed));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaStreamBeginCapture(StreamOf(0), cudaStreamCaptureModeRelaxed));
   executor_.SetCapturing(true);
+  memory_.SetCapturing(true);
   Status status = ForkStreams();
   for (size_t i = 0; i < plan_.ops.size() && status.ok() && !executor_.stopped(); ++i) {
     status = executor_.IssueOp(static_cast<int32_t>(i), step);
   }
   if (status.ok()) status = JoinStreams();
   cudaGraph_t graph_raw = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(StreamOf(0), &graph_raw);
+  const cudaError_t end = Cuda().cudaStreamEndCapture(StreamOf(0), &graph_raw);
   executor_.SetCapturing(false);
+  memory_.SetCapturing(false);
   OwnedGraph graph(graph_raw);
   SHARDSCOPE_RETURN_IF_ERROR(status);
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(end);
   cudaGraphExec_t exec_raw = nullptr;
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec_raw, graph.get(), 0));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaGraphInstantiate(&exec_raw, graph.get(), 0));
   OwnedGraphExec exec(exec_raw);
   for (int32_t r = 0; r < options_.graph_replays; ++r) {
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_.get(), StreamOf(0)));
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec.get(), StreamOf(0)));
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_.get(), StreamOf(0)));
-    SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(step_start_.get(), StreamOf(0)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaGraphLaunch(exec.get(), StreamOf(0)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(step_end_.get(), StreamOf(0)));
+    SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaDeviceSynchronize());
     SHARDSCOPE_ASSIGN_OR_RETURN(int64_t ns, ElapsedNs());
     graph_times_.push_back(ns);
     executor_.MarkProgress();
@@ -420,6 +496,8 @@ void CudaRank::Run() {
   if (!status.ok()) {
     std::cerr << fmt::format("shardscope run: rank {}: {}\n", plan_.rank, status.message());
     error_ = status;
+    // Its peers would wait for it in their next collective: the watchdog ends the job now.
+    executor_.Fail(status);
   }
   executor_.SetFinished();
   executor_.SetHostState(executor_.stopped() || !error_.ok() ? "stopped"
@@ -427,7 +505,7 @@ void CudaRank::Run() {
 }
 
 Status CudaRank::RunSteps() {
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaSetDevice(device_));
   executor_.SetHostState("running its program");
   SHARDSCOPE_RETURN_IF_ERROR(executor_.RunSteps());
   if (options_.cuda_graph && !executor_.stopped()) SHARDSCOPE_RETURN_IF_ERROR(CaptureAndReplay());
@@ -438,16 +516,22 @@ Status CudaRank::RunSteps() {
 // idle, so an event on stream 0 marks the start of the whole device's step.
 
 Status CudaRank::BeginStep(int32_t step, bool measured) {
+  if (measured && step == options_.common.warmup) {
+    // Between the warm-up (NCCL connected its peers, kernels loaded) and the measured steps:
+    // the device holds what the allocator holds (cuda_resources.h ScheduleDeviceMemory::Back).
+    SHARDSCOPE_ASSIGN_OR_RETURN(const int64_t backed, memory_.Back(executor_.allocator().stats().reserved_bytes));
+    (void)backed;
+  }
   if (options_.common.hooks.before_step) SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.before_step(step, measured));
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_start_.get(), StreamOf(0)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(step_start_.get(), StreamOf(0)));
   return Status::Ok();
 }
 
 StatusOr<int64_t> CudaRank::EndStep(int32_t step, bool measured, bool timed) {
   SHARDSCOPE_RETURN_IF_ERROR(JoinStreams());
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_end_.get(), StreamOf(0)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(step_end_.get(), StreamOf(0)));
   executor_.SetHostState("cudaDeviceSynchronize (end of step)");
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaDeviceSynchronize());
   if (options_.common.hooks.after_step) SHARDSCOPE_RETURN_IF_ERROR(options_.common.hooks.after_step(step, measured));
   executor_.SetHostState("running its program");
   if (!timed) return int64_t{0};
@@ -483,7 +567,7 @@ Status CudaRank::Memcpy(const OpPlan& /*op*/, int32_t index, int32_t /*step*/) {
 
 Status CudaRank::RecordEvent(const OpPlan& op, int32_t /*index*/, int32_t /*step*/) {
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(
-      cudaEventRecord(events_by_index_[static_cast<size_t>(op.event)].get(), StreamOf(op.stream)));
+      Cuda().cudaEventRecord(events_by_index_[static_cast<size_t>(op.event)].get(), StreamOf(op.stream)));
   return Status::Ok();
 }
 
@@ -491,34 +575,31 @@ Status CudaRank::RecordEvent(const OpPlan& op, int32_t /*index*/, int32_t /*step
 // recorded is complete (the wait is a no-op), as the schedule's semantics say.
 Status CudaRank::StreamWaitEvent(const OpPlan& op, int32_t /*index*/, int32_t /*step*/) {
   SHARDSCOPE_CUDA_RETURN_IF_ERROR(
-      cudaStreamWaitEvent(StreamOf(op.stream), events_by_index_[static_cast<size_t>(op.event)].get(), 0));
+      Cuda().cudaStreamWaitEvent(StreamOf(op.stream), events_by_index_[static_cast<size_t>(op.event)].get(), 0));
   return Status::Ok();
 }
 
 Status CudaRank::SynchronizeStream(const OpPlan& op) {
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(StreamOf(op.stream)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaStreamSynchronize(StreamOf(op.stream)));
   return Status::Ok();
 }
 
 Status CudaRank::SynchronizeDevice(const OpPlan& op) {
   executor_.SetHostState(fmt::format("cudaDeviceSynchronize (op {})", op.op_id));
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaDeviceSynchronize());
   return Status::Ok();
 }
 
 Status CudaRank::SynchronizeEvent(const OpPlan& op) {
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events_by_index_[static_cast<size_t>(op.event)].get()));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventSynchronize(events_by_index_[static_cast<size_t>(op.event)].get()));
   return Status::Ok();
 }
 
 void CudaRank::HostWork(int64_t duration_ns) { SpinHostFor(SpinRequestFor(host_spin_, duration_ns)); }
 
-void CudaRank::OnReservedPeak() {
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-    meminfo_free_at_peak_ = static_cast<int64_t>(free_bytes);
-    meminfo_total_ = static_cast<int64_t>(total_bytes);
-  }
+Status CudaRank::TakeAllocatorError() {
+  SHARDSCOPE_RETURN_IF_ERROR(events_.TakeError());
+  return memory_.TakeError();
 }
 
 // ---- Device: collective progress (GPU: cudaEventQuery from the watchdog thread, on this
@@ -530,20 +611,28 @@ StatusOr<std::unique_ptr<DeviceEvent>> CudaRank::CreateEvent() {
 }
 
 Status CudaRank::RecordOn(DeviceEvent& event, int32_t stream) {
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<CudaEvent&>(event).get(), StreamOf(stream)));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaEventRecord(static_cast<CudaEvent&>(event).get(), StreamOf(stream)));
   return Status::Ok();
 }
 
 StatusOr<bool> CudaRank::QueryEvent(DeviceEvent& event) {
-  const cudaError_t result = cudaEventQuery(static_cast<CudaEvent&>(event).get());
+  const cudaError_t result = Cuda().cudaEventQuery(static_cast<CudaEvent&>(event).get());
   if (result == cudaSuccess) return true;
   if (result == cudaErrorNotReady) return false;
   return CallStatus(result, "cudaEventQuery", __FILE__, __LINE__);
 }
 
 Status CudaRank::MakeCurrent() {
-  SHARDSCOPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  SHARDSCOPE_CUDA_RETURN_IF_ERROR(Cuda().cudaSetDevice(device_));
   return Status::Ok();
+}
+
+// NCCL's asynchronous errors on any of the rank's communicators (NcclComm::AsyncError).
+Status CudaRank::AsyncError() {
+  for (const auto& c : comms_) {
+    if (c) SHARDSCOPE_RETURN_IF_ERROR(c->AsyncError());
+  }
+  return world_ ? world_->AsyncError() : Status::Ok();
 }
 
 void CudaRank::AbortCollectives() {
@@ -557,8 +646,10 @@ void CudaRank::FillResult(RankResult& result) const {
   if (!error_.ok()) result.finished = false;
   result.device = device_;
   result.operand_reserved = operand_allocator_.stats().reserved_bytes_peak;
-  result.meminfo_free_at_peak = meminfo_free_at_peak_;
+  result.meminfo_free_after_setup = meminfo_free_after_setup_;
   result.meminfo_total = meminfo_total_;
+  result.planned_capacity = memory_.planned();
+  result.device_backing = memory_.backed();
   result.graph_times = graph_times_;
 }
 

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include <cublasLt.h>
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include "cuda/cublaslt_plan.h"
 #include "cuda/cuda_resources.h"
+#include "cuda/proxy_kernels.h"
 #include "cuda/proxy_math.h"
 #include "device.h"
 #include "rank_executor.h"
@@ -28,15 +29,21 @@ namespace shardscope::runtime::cuda {
 
 class CudaRank final : public Device {
  public:
+  // `planned_capacity`: the simulator's capacity (or --device-memory-gb); the capacity the
+  // rank runs with is decided after setup (SetScheduleCapacity).
   CudaRank(const traces::Schedule& schedule, const sim::SimulationSetup& setup, ExecutionPlan plan,
-           const CudaRunOptions& options, int32_t device, int64_t capacity);
+           const CudaRunOptions& options, int32_t device, int64_t planned_capacity);
 
   int32_t rank() const { return plan_.rank; }
   int32_t device() const { return device_; }
   const ExecutionPlan& plan() const { return plan_; }
   RankExecutor& executor() { return executor_; }
+  const CudaStreamEvents& allocator_events() const { return events_; }
 
-  // Phase 1: everything that needs no other rank.
+  // Phase 1: everything that needs no other rank: streams and events, the proxy kernels, the
+  // cuBLASLt handle and every GEMM plan of the program (no heuristic query inside a step),
+  // the proxy operands zero-filled on the streams that use them, the spin calibrations; ends
+  // with a device synchronization, so nothing of the setup is in flight at step 0.
   Status SetupLocal();
   void SetWorld(ncclComm_t c) { world_ = std::make_unique<NcclComm>(c); }
   // Phase 2, collective over the world: one ncclCommSplit per schedule communicator in index
@@ -44,6 +51,10 @@ class CudaRank final : public Device {
   // group by the job when one thread splits for several ranks.
   Status Split(const CommunicatorPlan& c, ncclComm_t* out);
   void AdoptComms(std::vector<ncclComm_t> comms);
+  // Phase 3, after NCCL: the schedule's capacity becomes min(planned, cudaMemGetInfo's free
+  // bytes) (cuda_resources.h ScheduleDeviceMemory; held on the device from the first
+  // measured step, BeginStep).
+  Status SetScheduleCapacity();
 
   // Runs warm-up and measured steps, then (cuda_graph) the capture and replays. An error stops
   // the rank (error()).
@@ -55,7 +66,7 @@ class CudaRank final : public Device {
   // ---- Device
   sim::DeviceMemory& AllocatorMemory() override { return memory_; }
   sim::StreamEvents& AllocatorEvents() override { return events_; }
-  void OnReservedPeak() override;
+  Status TakeAllocatorError() override;
   Status Kernel(const OpPlan& op, int32_t index, int32_t step) override;
   Status Memcpy(const OpPlan& op, int32_t index, int32_t step) override;
   Status Collective(const OpPlan& op, int32_t index, int32_t step, int64_t record) override;
@@ -74,6 +85,7 @@ class CudaRank final : public Device {
   Status RecordOn(DeviceEvent& event, int32_t stream) override;
   StatusOr<bool> QueryEvent(DeviceEvent& event) override;
   Status MakeCurrent() override;
+  Status AsyncError() override;
   void AbortCollectives() override;
   void FillResult(RankResult& result) const override;
 
@@ -88,6 +100,7 @@ class CudaRank final : public Device {
   StatusOr<void*> OperandBuffer(int64_t bytes, int32_t stream);
   Status AllocateOperands();
   Status CalibrateKernelSpin();
+  Status PreparePlans();
   StatusOr<LtPlan*> PlanFor(const LtProblem& p, size_t workspace);
   Status Gemm(const LtProblem& p, int32_t stream);
   Status MemoryPass(int64_t read, int64_t written, int32_t stream);
@@ -105,9 +118,9 @@ class CudaRank final : public Device {
 
   // Declared before the allocators that use them (destroyed after).
   std::vector<OwnedStream> streams_;
-  CudaDeviceMemory memory_;
+  ScheduleDeviceMemory memory_;
   CudaStreamEvents events_;
-  CudaDeviceMemory operand_memory_;
+  OperandDeviceMemory operand_memory_;
   CudaStreamEvents operand_events_;
   sim::CachingAllocator operand_allocator_;  // proxy operands and collective buffers
   RankExecutor executor_;                    // owns the schedule's allocator (over memory_)
@@ -118,8 +131,10 @@ class CudaRank final : public Device {
   std::vector<int32_t> stream_priorities_;
   std::vector<OwnedEvent> events_by_index_, join_events_;
   OwnedEvent step_start_, step_end_;
+  ProxyKernels kernels_;
   OwnedLt lt_;
   std::map<std::string, std::unique_ptr<LtPlan>> lt_plans_;
+  bool plans_frozen_ = false;  // after PreparePlans: a missing plan is a bug, not a query
   std::vector<Operands> operands_;
   std::vector<void*> send_, recv_;
   OwnedHostBuffer pinned_;
@@ -129,7 +144,7 @@ class CudaRank final : public Device {
 
   // Host thread only:
   Status error_ = Status::Ok();
-  int64_t meminfo_free_at_peak_ = -1, meminfo_total_ = -1;
+  int64_t meminfo_free_after_setup_ = -1, meminfo_total_ = -1;
   std::vector<int64_t> graph_times_;
   std::vector<std::string> notes_;
   std::string nvtx_message_;

@@ -1,16 +1,14 @@
 // The CUDA backend's device code, kept to two small kernels (nvcc is slow; CI has two cores).
 // GEMMs and attention go through cuBLASLt and collectives through NCCL: no device code here.
-#include "cuda/proxy_kernels.h"
-
-namespace shardscope::runtime::cuda {
-
-namespace {
+// Compiled to a fatbin only (no host code): proxy_kernels.h loads it at run time and launches
+// the kernels by their extern "C" names, so this file includes nothing of the project.
+#include <cstdint>
 
 // Grid-stride loop over max(read, write) vectors (MemoryBoundGeometry): loads and stores in
 // the same pass, as an elementwise kernel does. The loaded value feeds the store (or, for
 // read-only traffic, a data-dependent store that never happens) so the loads are not elided.
-__global__ void MemoryBoundKernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t read_vectors,
-                                  int64_t write_vectors) {
+extern "C" __global__ void shardscope_memory_bound_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                                         int64_t read_vectors, int64_t write_vectors) {
   const int64_t vectors = read_vectors > write_vectors ? read_vectors : write_vectors;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   uint4 carry = make_uint4(0, 0, 0, 0);
@@ -33,31 +31,15 @@ __global__ void MemoryBoundKernel(const uint4* __restrict__ src, uint4* __restri
 
 // PTX ISA, "Special Registers: %globaltimer": a 64-bit nanosecond timer, readable from any
 // thread.
-__device__ __forceinline__ uint64_t GlobalTimerNs() {
+static __device__ __forceinline__ uint64_t GlobalTimerNs() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
 
-__global__ void SpinKernel(int64_t ns) {
+extern "C" __global__ void shardscope_spin_kernel(int64_t ns) {
   const uint64_t start = GlobalTimerNs();
   while (static_cast<int64_t>(GlobalTimerNs() - start) < ns) {
   }
 }
 
-}  // namespace
-
-cudaError_t LaunchMemoryBound(int64_t read_vectors, int64_t write_vectors, int32_t blocks, int32_t threads,
-                              const void* src, void* dst, cudaStream_t stream) {
-  if (blocks <= 0) return cudaSuccess;
-  MemoryBoundKernel<<<static_cast<unsigned>(blocks), static_cast<unsigned>(threads), 0, stream>>>(
-      static_cast<const uint4*>(src), static_cast<uint4*>(dst), read_vectors, write_vectors);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchSpin(int64_t ns, cudaStream_t stream) {
-  SpinKernel<<<1, 1, 0, stream>>>(ns);
-  return cudaGetLastError();
-}
-
-}  // namespace shardscope::runtime::cuda

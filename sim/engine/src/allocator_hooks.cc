@@ -48,7 +48,11 @@ std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& l
   building_log_ = true;
   log_used_events_ = false;
   CreateAllocator(scratch);
-  if (config_.memory.warm_start) WarmAllocator(scratch);
+  if (config_.memory.warm_start) {
+    WarmAllocator(scratch);
+  } else {
+    AllocateGemmWorkspacesCold(scratch);
+  }
   auto log = std::make_shared<AllocatorLog>();
   log->preallocated = scratch.preallocated;
   log->warm_stats = scratch.allocator->stats();
@@ -115,7 +119,19 @@ void Engine::CreateAllocator(RankState& r) {
 void Engine::WarmAllocator(RankState& r) {
   warming_ = true;
   bool ran_out = false;
+  bool workspaces_done = config_.memory.gemm_workspaces <= 0;
   for (const Op& op : r.program->ops) {
+    if (!workspaces_done) {
+      // The first GEMM: cuBLAS's workspaces come from the allocator right before it launches.
+      const auto* kernel = std::get_if<traces::KernelOp>(&op.payload);
+      if (kernel != nullptr && std::holds_alternative<traces::GemmDesc>(kernel->compute)) {
+        workspaces_done = true;
+        if (!AllocateGemmWorkspaces(r, kernel->stream)) {
+          ran_out = true;
+          break;
+        }
+      }
+    }
     if (const auto* alloc = std::get_if<traces::AllocateOp>(&op.payload)) {
       const MallocOutcome out = r.allocator->Malloc(alloc->bytes, alloc->stream);
       if (!out.ok) {
@@ -135,10 +151,34 @@ void Engine::WarmAllocator(RankState& r) {
   warming_ = false;
   if (ran_out) {
     CreateAllocator(r);
+    AllocateGemmWorkspacesCold(r);
     return;
   }
   for (size_t tensor = 0; tensor < r.tensor_address.size(); ++tensor) {
     r.preallocated[tensor] = r.tensor_address[tensor] != 0;
+  }
+}
+
+bool Engine::AllocateGemmWorkspaces(RankState& r, int32_t stream) {
+  for (int32_t i = 0; i < config_.memory.gemm_workspaces; ++i) {
+    if (!r.allocator->Malloc(config_.memory.gemm_workspace_bytes, stream).ok) return false;
+    AfterAllocatorCall(r, 0);
+  }
+  return true;
+}
+
+void Engine::AllocateGemmWorkspacesCold(RankState& r) {
+  if (config_.memory.gemm_workspaces <= 0) return;
+  for (const Op& op : r.program->ops) {
+    const auto* kernel = std::get_if<traces::KernelOp>(&op.payload);
+    if (kernel == nullptr || !std::holds_alternative<traces::GemmDesc>(kernel->compute)) continue;
+    // Before the step: an OOM here shows as the step's first allocation failing (the
+    // workspaces' blocks are then missing and that allocation sees the full capacity less them).
+    const bool was_warming = warming_;
+    warming_ = true;
+    AllocateGemmWorkspaces(r, kernel->stream);
+    warming_ = was_warming;
+    return;
   }
 }
 

@@ -14,8 +14,9 @@ StatusOr<SimulationResult> Engine::Run() {
     if (rank < 0 || rank >= world) {
       return Status::InvalidInput(fmt::format("straggler rank {} is outside the world of {} ranks", rank, world));
     }
-    if (!(factor >= 1.0) || !std::isfinite(factor)) {
-      return Status::InvalidInput(fmt::format("straggler rank {}: slowdown factor {} must be >= 1", rank, factor));
+    if (!(factor >= 1.0 && factor <= kMaxRankSlowdownFactor)) {
+      return Status::InvalidInput(fmt::format("straggler rank {}: slowdown factor {} must be in [1, {}]", rank, factor,
+                                              kMaxRankSlowdownFactor));
     }
   }
   if (config_.inject_oom) {
@@ -36,6 +37,7 @@ StatusOr<SimulationResult> Engine::Run() {
   models.compute_sharing = config_.compute_sharing;
   models.contention = {config_.compute_slowdown, config_.comm_slowdown};
   models.links = config_.links;
+  models.link_topologies = config_.link_topologies;
   SHARDSCOPE_ASSIGN_OR_RETURN(auto resource_models,
                               MakeResourceModels(models, static_cast<int32_t>(schedule_.communicators.size())));
   activities_.emplace(world, std::move(resource_models), &next_seq_);
@@ -108,7 +110,11 @@ StatusOr<SimulationResult> Engine::Run() {
         r.stats.memory.allocated_at_reserved_peak = r.log->warm_allocated_at_peak;
       } else {
         CreateAllocator(r);
-        if (config_.memory.warm_start) WarmAllocator(r);
+        if (config_.memory.warm_start) {
+          WarmAllocator(r);
+        } else {
+          AllocateGemmWorkspacesCold(r);
+        }
       }
     }
     Push(0, HostResume{rank});
@@ -140,6 +146,13 @@ StatusOr<SimulationResult> Engine::Run() {
   }
 
   if (!past_event_.empty()) return Status::Internal(past_event_);
+  if (passed_horizon_ || activities_->PassedHorizon()) {
+    // Only an input out of scale gets here (schedule.h's limits keep real jobs far below).
+    return Status::InvalidInput(fmt::format(
+        "the simulated run passes {} ns (36 years) of simulated time: a duration, a size, a bandwidth or a FLOP "
+        "rate in the input is out of scale",
+        traces::kMaxSimulatedNs));
+  }
   SimulationResult result;
   result.ops_executed = ops_executed_;
   result.events_processed = events_processed_;

@@ -266,7 +266,14 @@ class Engine {
   // (time, sequence) order is preserved while the heap sees fewer operations. Every event and
   // every activity completion draws its sequence number from next_seq_ (PopNext merges them).
   void Push(int64_t time, EventPayload payload) {
-    if (time < now_) {  // a bug in a model: never let the clock run backwards
+    if (time < now_ || time >= traces::kMaxSimulatedNs) [[unlikely]] {
+      if (time >= traces::kMaxSimulatedNs) {
+        // Out of scale: dropped, so the clock never passes the horizon (nor overflows); the run
+        // drains and Run reports it.
+        passed_horizon_ = true;
+        return;
+      }
+      // A bug in a model: never let the clock run backwards.
       if (past_event_.empty()) past_event_ = fmt::format("event at {} ns pushed at {} ns", time, now_);
       time = now_;
     }
@@ -314,7 +321,9 @@ class Engine {
   bool CatchOom(RankState& r, int64_t t);
   void AgreeOnOom(std::span<const Participant> members, const CollectiveRun& run);
   int64_t Slowed(const RankState& r, int64_t ns) const {
-    return r.slowdown == 1.0 ? ns : static_cast<int64_t>(std::llround(static_cast<double>(ns) * r.slowdown));
+    if (r.slowdown == 1.0) return ns;
+    // Held at the horizon (durations are, and factors are at most 100): the conversion stays defined.
+    return std::llround(std::min(static_cast<double>(ns) * r.slowdown, static_cast<double>(traces::kMaxSimulatedNs)));
   }
   bool Allocate(RankState& r, int32_t pc, const traces::AllocateOp& op, int64_t op_id, int64_t t);
   // A shared log's next malloc neither fails nor waits for the device (no synchronization, no
@@ -331,6 +340,10 @@ class Engine {
   void AfterAllocatorCall(RankState& r, int64_t t);
   void CreateAllocator(RankState& r);
   void WarmAllocator(RankState& r);
+  // MemoryConfig::gemm_workspaces on `stream`; false when the allocator ran out.
+  bool AllocateGemmWorkspaces(RankState& r, int32_t stream);
+  // A rank starting cold: the workspaces before its first op, on its first GEMM's stream.
+  void AllocateGemmWorkspacesCold(RankState& r);
   void Enqueue(RankState& r, int32_t stream, QueueItem item) {
     StreamState& s = r.streams[static_cast<size_t>(stream)];
     const bool was_empty = s.queue.empty();
@@ -388,6 +401,7 @@ class Engine {
   std::priority_queue<ScheduledEvent, std::vector<ScheduledEvent>, std::greater<>> events_;
   std::deque<NowEvent> now_events_;
   std::string past_event_;  // set when something scheduled an event in the past
+  bool passed_horizon_ = false;  // an event was due at or past traces::kMaxSimulatedNs
   bool warming_ = false;    // replaying a rank's first step into its allocator
   bool building_log_ = false;
   bool log_used_events_ = false;

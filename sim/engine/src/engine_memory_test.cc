@@ -107,5 +107,51 @@ TEST(EngineMemoryTest, SharedOutcomesKeepTheWarmStepsStats) {
   }
 }
 
+// Fixed kernels cost their duration, a GEMM 50 ns (FakeCosts knows only fixed kernels).
+class GemmCosts : public FakeCosts {
+ public:
+  int64_t KernelNs(const traces::ComputeDesc& desc) const override {
+    if (std::holds_alternative<traces::GemmDesc>(desc)) return 50;
+    return FakeCosts::KernelNs(desc);
+  }
+};
+
+TEST(EngineMemoryTest, CublasWorkspacesComeFromTheAllocatorAtTheFirstGemm) {
+  // Two 8,519,680 B workspaces (PyTorch's :4096:2:16:8): the first (<= 10 MiB) takes a 20 MiB
+  // segment and leaves 11.875 MiB split off, which holds the second. Before them the program
+  // allocated A (6 MiB: its own 20 MiB segment, 14 MiB split off) on s0; the workspaces come
+  // at the GEMM, on s1, so A's remainder (s0's pool) is not theirs: 40 MiB reserved,
+  // 6 MiB + 2 x 8,519,680 B allocated. Warm or cold alike.
+  for (bool warm : {false, true}) {
+    Builder b(1);
+    b.Add(0, AllocateOp{0, 6 * kMiB, 0}).Kernel(0, 0, 100);
+    b.Add(0, KernelOp{1, GemmDesc{64, 64, 64, 1, DType::kBFloat16}});
+    b.Add(0, FreeOp{0});
+    EngineConfig config = WithMemory(1024 * kMiB, warm);
+    config.memory.gemm_workspace_bytes = 8'519'680;
+    config.memory.gemm_workspaces = 2;
+    ASSERT_TRUE(b.schedule.ResolveBindings().ok());
+    GemmCosts costs;
+    StatusOr<SimulationResult> result = Simulate(b.schedule, costs, config, nullptr);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    const MemoryStats& stats = result->ranks[0].memory.stats;
+    EXPECT_EQ(stats.reserved_bytes_peak, 40 * kMiB) << "warm=" << warm;
+    EXPECT_EQ(stats.allocated_bytes_peak, 6 * kMiB + 2 * 8'519'680) << "warm=" << warm;
+    // They stay: after the step only the workspaces are allocated.
+    EXPECT_EQ(stats.allocated_bytes, 2 * 8'519'680) << "warm=" << warm;
+  }
+}
+
+TEST(EngineMemoryTest, NoGemmNoWorkspace) {
+  Builder b(1);
+  b.Add(0, AllocateOp{0, 6 * kMiB, 0}).Kernel(0, 0, 100).Add(0, FreeOp{0});
+  EngineConfig config = WithMemory(1024 * kMiB, true);
+  config.memory.gemm_workspace_bytes = 8'519'680;
+  config.memory.gemm_workspaces = 2;
+  const SimulationResult result = b.Run(config);
+  EXPECT_EQ(result.ranks[0].memory.stats.reserved_bytes_peak, 20 * kMiB);
+  EXPECT_EQ(result.ranks[0].memory.stats.allocated_bytes, 0);
+}
+
 }  // namespace
 }  // namespace shardscope::sim

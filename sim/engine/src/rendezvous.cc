@@ -113,7 +113,8 @@ void Engine::StartCollective(int32_t comm, std::vector<Participant> members, con
     member_ranks_.push_back(p.rank);
   }
   const ActivityId id = activities_->Start(ActivityKind::kComm, static_cast<double>(cached->second.duration_ns),
-                                           member_ranks_, comm, bytes, now_);
+                                           member_ranks_,
+                                           CollectiveWork{comm, op.type, cached->second.algorithm, bytes}, now_);
   DeviceActivity& a = DeviceActivityOf(id);
   a.kind = ActivityKind::kComm;
   a.start_ns = now_;

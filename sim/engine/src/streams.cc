@@ -120,7 +120,7 @@ void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, i
     ++r.kernels_running;
   }
   const int32_t gpu = r.rank;
-  const ActivityId id = activities_->Start(kind, static_cast<double>(work_ns), {&gpu, 1}, -1, 0, now_);
+  const ActivityId id = activities_->Start(kind, static_cast<double>(work_ns), {&gpu, 1}, CollectiveWork{}, now_);
   DeviceActivity& a = DeviceActivityOf(id);
   a.kind = kind;
   a.ahead_begin = a.ahead_end = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -45,7 +46,7 @@ StatusOr<std::string> MitigationLine(const LoadedInput& loaded, const EngineConf
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule schedule, LowerPlan(hooked));
   SHARDSCOPE_ASSIGN_OR_RETURN(SimulationSetup setup, SetupFromSchedule(schedule, loaded.setup.label));
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<CostProvider> costs, MakeCostProvider(schedule, setup));
-  EngineConfig hooked_config = EngineConfigFor(setup, schedule.world_size());
+  EngineConfig hooked_config = EngineConfigFor(setup, schedule);
   hooked_config.memory.record_history = false;
   hooked_config.rank_slowdown = config.rank_slowdown;
   SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult run, Simulate(schedule, *costs, hooked_config, nullptr));
@@ -84,7 +85,7 @@ Status ValidateCheckSettings(const CheckSettings& settings) {
 }
 
 StatusOr<CheckRun> RunCheck(const LoadedInput& loaded, const std::string& label, const CheckSettings& settings,
-                            const std::function<void(const std::string&)>& print, const FaultProgress& progress) {
+                            const std::function<void(const std::string&)>& print, const CheckProgress& progress) {
   SHARDSCOPE_RETURN_IF_ERROR(ValidateCheckSettings(settings));
   const traces::Schedule& schedule = loaded.schedule;
   FaultSweepOptions sweep;
@@ -104,9 +105,20 @@ StatusOr<CheckRun> RunCheck(const LoadedInput& loaded, const std::string& label,
 
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<CostProvider> cost_provider, MakeCostProvider(schedule, loaded.setup));
   const CostProvider& costs = *cost_provider;
-  EngineConfig config = EngineConfigFor(loaded.setup, schedule.world_size());
+  EngineConfig config = EngineConfigFor(loaded.setup, schedule);
   config.memory.record_history = false;  // no trace: snapshots would only cost time
-  SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult baseline, Simulate(schedule, costs, config, nullptr));
+  const auto begin = [&](const std::string& what) {
+    if (progress.begin) progress.begin(what);
+  };
+  const auto end = [&] {
+    if (progress.end) progress.end();
+  };
+  begin(fmt::format("the baseline run ({} ranks)", schedule.world_size()));
+  EngineConfig baseline_config = config;
+  if (progress.update) baseline_config.progress = [&](double fraction) { progress.update(fraction, {}); };
+  StatusOr<SimulationResult> baseline_run = Simulate(schedule, costs, baseline_config, nullptr);
+  end();
+  SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult baseline, std::move(baseline_run));
   CheckRun run;
   print(fmt::format("{}: {} ranks, {} program(s)\n", label, schedule.world_size(), schedule.programs.size()));
   if (baseline.hung) {
@@ -138,8 +150,18 @@ StatusOr<CheckRun> RunCheck(const LoadedInput& loaded, const std::string& label,
                     }(),
                     loaded.plan ? ", divergences (one rank runs a different plan), memory held by another process"
                                 : " (a schedule JSON: no divergence cases, they need the plan)"));
-  SHARDSCOPE_ASSIGN_OR_RETURN(
-      run.results, RunFaultSweep(schedule, costs, config, cases, baseline.step_ns, settings.threads, progress, sweep.hang));
+  FaultProgress case_done;
+  if (progress.update) {
+    case_done = [&](size_t done, size_t total, const FaultCaseResult& r) {
+      progress.update(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0,
+                      fmt::format("{}/{}: {}: {}", done, total, r.fault.Label(), FaultOutcomeName(r.outcome)));
+    };
+  }
+  begin(fmt::format("{} fault case(s)", cases.size()));
+  StatusOr<std::vector<FaultCaseResult>> swept =
+      RunFaultSweep(schedule, costs, config, cases, baseline.step_ns, settings.threads, case_done, sweep.hang);
+  end();
+  SHARDSCOPE_ASSIGN_OR_RETURN(run.results, std::move(swept));
   const std::vector<FaultCaseResult>& results = run.results;
   print(FaultTableText(results));
   const auto hangs = std::count_if(results.begin(), results.end(), [](const FaultCaseResult& r) { return !r.Safe(); });

@@ -75,7 +75,7 @@ TEST(FaultSweepTest, CasesAreTheModuleBoundariesOfRankZeroThenAStraggler) {
 TEST(FaultSweepTest, EveryBoundaryOomHangsThePeerAndTheStragglerCosts) {
   const Tiny tiny = LowerTiny();
   ClusterCostProvider costs(tiny.schedule, tiny.setup.cluster);
-  EngineConfig config = EngineConfigFor(tiny.setup, tiny.schedule.world_size());
+  EngineConfig config = EngineConfigFor(tiny.setup, tiny.schedule);
   config.memory.record_history = false;
   StatusOr<SimulationResult> baseline = Simulate(tiny.schedule, costs, config, nullptr);
   ASSERT_TRUE(baseline.ok());

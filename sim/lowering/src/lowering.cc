@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "lowering_internal.h"
+#include "shardscope/sim/lowering/init_program.h"
 #include "shardscope/sim/lowering/schedule_metadata.h"
 #include "shardscope/sim/presets/mfu_conventions.h"
 
@@ -194,6 +195,7 @@ StatusOr<traces::Schedule> LowerPlan(const Plan& plan) {
 
   const int64_t tokens = plan.training.micro_batch_size * plan.training.seq_len * plan.training.grad_accum_steps;
   WritePlanMetadata(plan, schedule.metadata);
+  WriteInitProgram(InitProgramOf(plan), schedule.metadata);
   schedule.metadata[kMetaTokensPerRankStep] = std::to_string(tokens);
   schedule.metadata[kMetaModelFlopsPerRankStep] =
       fmt::format("{:.17g}", TrainingFlopsPerToken(plan.model, plan.training.seq_len) * static_cast<double>(tokens));

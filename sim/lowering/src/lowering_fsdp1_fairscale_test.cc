@@ -247,7 +247,7 @@ std::vector<TraceEntry> RankZeroHistory(const Schedule& schedule) {
   EXPECT_TRUE(setup.ok());
   if (!setup.ok()) return {};
   ClusterCostProvider costs(schedule, setup->cluster);
-  EngineConfig config = EngineConfigFor(*setup, schedule.world_size());
+  EngineConfig config = EngineConfigFor(*setup, schedule);
   config.memory.record_history = true;
   HistoryObserver observer;
   StatusOr<SimulationResult> result = Simulate(schedule, costs, config, &observer);

@@ -3,12 +3,18 @@
 #include "shardscope/sim/lowering/schedule_metadata.h"
 
 #include <charconv>
+#include <initializer_list>
+#include <string_view>
+#include <tuple>
+#include <utility>
 #include <cmath>
 #include <map>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "nccl_metadata.h"
+#include "device_memory_metadata.h"
 #include "shardscope/sim/models/calibration.h"
 #include "shardscope/sim/presets/mfu_conventions.h"
 
@@ -21,6 +27,25 @@ using traces::Schedule;
 // GEMM model's integer tile arithmetic cannot overflow.
 constexpr int64_t kMaxKernelFloorNs = 1'000'000'000;  // 1 s
 constexpr int64_t kMaxMeasuredDim = int64_t{1} << 24;
+// Bounds on the other figures a schedule's metadata may give (the limits of schedule_json.h's
+// metadata table). Each range holds every preset and every figure a plan can produce (the
+// plan's own limits, sim/plan/src/plan_schema.h), and keeps durations inside the simulator's
+// horizon with traces' byte limits:
+// - FLOP rates from 0.1 TFLOP/s (a 2010 GPU's fp32) to 10^18 (a thousand B200s);
+constexpr double kMinFlops = 1e11;
+constexpr double kMaxFlops = 1e18;
+// - bandwidths from 0.1 GB/s (below 1 Gb/s Ethernet's 125 MB/s, the slowest link a GPU job
+//   could cross) to 100 TB/s (the plan's kMaxBandwidthGbps; HBM3e is 8 TB/s);
+constexpr double kMinBandwidth = 1e8;
+constexpr double kMaxBandwidth = 1e14;
+// - memory sizes up to traces::kMaxOpBytes (1 PiB; the plan's gpu_memory_gb limit is 100 TB);
+// - host costs up to one second each (the plan's kMaxHostOverheadUs);
+constexpr int64_t kMaxHostCostNs = 1'000'000'000;
+// - contention slowdowns up to 100 (the plan's kMaxSlowdown); SMs and NICs up to 2^16.
+constexpr double kMaxContentionSlowdown = 100;
+constexpr int64_t kMaxSmOrNicCount = int64_t{1} << 16;
+// - nodes and GPUs per node up to 2^20 (the plan's kMaxWorldSize).
+constexpr int32_t kMaxClusterGpus = int32_t{1} << 20;
 
 std::string Num(double value) { return fmt::format("{:.17g}", value); }
 
@@ -67,12 +92,26 @@ class MetadataReader {
     out = value;
     return Status::Ok();
   }
+  // `value` (read from `key`, or the preset's) in [min, max]; 0 is accepted too when
+  // `zero_means` says what it means ("not supported", "the HBM bandwidth", ...).
+  Status InRange(const std::string& key, double value, double min, double max, std::string_view zero_means = {}) const {
+    if ((value >= min && value <= max) || (!zero_means.empty() && value == 0)) return Status::Ok();
+    return Error(key,
+                 zero_means.empty() ? fmt::format("a number in [{:g}, {:g}]", min, max)
+                                    : fmt::format("a number in [{:g}, {:g}], or 0 ({})", min, max, zero_means),
+                 Text(key, value));
+  }
   std::string String(const std::string& key, const std::string& fallback) const {
     auto it = metadata_.find(key);
     return it == metadata_.end() ? fallback : it->second;
   }
 
  private:
+  // The key's text when the metadata has it, else the value it came from (a preset's).
+  std::string Text(const std::string& key, double value) const {
+    auto it = metadata_.find(key);
+    return it != metadata_.end() ? it->second : fmt::format("{:g} (from the preset)", value);
+  }
   Status Error(const std::string& key, const std::string& expected, const std::string& got) const {
     return Status::InvalidInput(
         fmt::format("{}: /metadata/{}: expected {}, got \"{}\"", label_, key, expected, got));
@@ -100,6 +139,9 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["cluster.nics_per_node"] = std::to_string(c.nics_per_node);
   m["cluster.cpu_vendor"] = std::to_string(static_cast<int>(c.cpu_vendor));
   m["cluster.gpu_direct_rdma"] = Flag(c.gpu_direct_rdma);
+  WriteNcclMetadata(c, m);
+  // Only when not the default (links shared): schedules of plans without the key stay as they were.
+  if (!c.link_sharing) m["cluster.link_sharing"] = Flag(false);
   m["gpu.name"] = g.name;
   m["gpu.arch"] = std::to_string(static_cast<int>(g.arch));
   m["gpu.sm_count"] = std::to_string(g.sm_count);
@@ -112,7 +154,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
   m["gpu.hbm_bandwidth"] = Num(g.hbm_bandwidth);
   m["gpu.nvlink_bandwidth"] = Num(g.nvlink_bandwidth);
   m["gpu.pcie_bandwidth"] = Num(g.pcie_bandwidth);
-  m["gpu.cuda_context_bytes"] = std::to_string(g.cuda_context_bytes);
+  m["gpu.usable_bytes"] = std::to_string(g.usable_bytes);
   m["gpu.measured.matmul_flops_16bit"] = Num(g.measured.matmul_flops_16bit);
   m["gpu.measured.matmul_m"] = std::to_string(g.measured.matmul_m);
   m["gpu.measured.matmul_n"] = std::to_string(g.measured.matmul_n);
@@ -156,6 +198,7 @@ void WritePlanMetadata(const Plan& plan, std::map<std::string, std::string>& m) 
     m["oom.policy"] = std::string("catch_and_sync");
     m["oom.sync_hooks"] = Flag(plan.oom.sync_hooks);
   }
+  lowering_internal::WriteDeviceMemoryMetadata(plan, m);
 }
 
 StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std::string& label) {
@@ -193,6 +236,15 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   }
   c.cpu_vendor = static_cast<CpuVendor>(cpu_vendor);
   c.gpu_direct_rdma = rdma == 1;
+  SHARDSCOPE_RETURN_IF_ERROR(ReadNcclMetadata(schedule.metadata, label, &c));
+  int32_t link_sharing = c.link_sharing ? 1 : 0;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int32("cluster.link_sharing", link_sharing));
+  if (link_sharing != 0 && link_sharing != 1) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata/cluster.link_sharing: expected 0 (every communicator on links of its own) or 1 (shared), got {}",
+        label, link_sharing));
+  }
+  c.link_sharing = link_sharing == 1;
   g.name = md.String("gpu.name", g.name);
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.arch", arch));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int32("gpu.sm_count", g.sm_count));
@@ -205,7 +257,13 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.hbm_bandwidth", g.hbm_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.nvlink_bandwidth", g.nvlink_bandwidth));
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.pcie_bandwidth", g.pcie_bandwidth));
-  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.cuda_context_bytes", g.cuda_context_bytes));
+  // What CUDA reports; a schedule that gives only the datasheet capacity (or was written before
+  // this key) has that much usable.
+  if (md.Has("gpu.hbm_bytes") && !md.Has("gpu.usable_bytes")) g.usable_bytes = g.hbm_bytes;
+  SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.usable_bytes", g.usable_bytes));
+  if (g.usable_bytes < 0 || g.hbm_bytes < 0) {
+    return Status::InvalidInput(fmt::format("{}: /metadata: gpu.hbm_bytes and gpu.usable_bytes must be >= 0", label));
+  }
   GpuMeasuredFigures& measured = g.measured;
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("gpu.measured.matmul_flops_16bit", measured.matmul_flops_16bit));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("gpu.measured.matmul_m", measured.matmul_m));
@@ -231,9 +289,46 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   }
   c.fabric = static_cast<IntraNodeFabric>(fabric);
   g.arch = static_cast<GpuArch>(arch);
-  if (c.nodes < 1 || c.gpus_per_node < 1 || g.hbm_bandwidth <= 0) {
+  // Every figure the models divide by or multiply with, in range: 0 only where it means
+  // something (a tensor-core rate the GPU lacks, a link it lacks, a copy rate not measured).
+  constexpr std::string_view kNotSupported = "not supported: such GEMMs run on the CUDA cores at the fp32 rate";
+  const auto bytes_key = [&](const std::string& key, double value) {
+    return md.InRange(key, value, 0, static_cast<double>(traces::kMaxOpBytes));
+  };
+  for (const auto& [key, value, zero_means] : std::initializer_list<std::tuple<const char*, double, std::string_view>>{
+           {"gpu.peak_flops_bf16", g.peak_flops_bf16, kNotSupported},
+           {"gpu.peak_flops_fp16", g.peak_flops_fp16, kNotSupported},
+           {"gpu.peak_flops_tf32", g.peak_flops_tf32, kNotSupported},
+           {"gpu.peak_flops_fp8", g.peak_flops_fp8, kNotSupported},
+           {"gpu.peak_flops_fp32", g.peak_flops_fp32, {}},
+           {"gpu.measured.matmul_flops_16bit", measured.matmul_flops_16bit, "not measured: the peak"},
+           {"gpu.measured.matmul_flops_fp32", measured.matmul_flops_fp32, "not measured: the peak"}}) {
+    SHARDSCOPE_RETURN_IF_ERROR(md.InRange(key, value, kMinFlops, kMaxFlops, zero_means));
+  }
+  if (g.peak_flops_bf16 == 0 && g.peak_flops_fp16 == 0) {
     return Status::InvalidInput(fmt::format(
-        "{}: /metadata: cluster needs nodes >= 1, gpus_per_node >= 1 and gpu.hbm_bandwidth > 0", label));
+        "{}: /metadata: gpu.peak_flops_bf16 and gpu.peak_flops_fp16 are both 0: a GPU without 16-bit tensor cores "
+        "is not modelled (give the datasheet's dense figures)",
+        label));
+  }
+  for (const auto& [key, value, zero_means] : std::initializer_list<std::tuple<const char*, double, std::string_view>>{
+           {"gpu.hbm_bandwidth", g.hbm_bandwidth, {}},
+           {"gpu.nvlink_bandwidth", g.nvlink_bandwidth, "no NVLink"},
+           {"gpu.pcie_bandwidth", g.pcie_bandwidth, "host copies take no time"},
+           {"gpu.measured.copy_bandwidth", measured.copy_bandwidth, "not measured: the HBM bandwidth"},
+           {"cluster.intra_node_bandwidth", c.intra_node_bandwidth, c.gpus_per_node == 1 ? "one GPU per node" : ""},
+           {"cluster.inter_node_bandwidth", c.inter_node_bandwidth, c.nodes == 1 ? "one node" : ""}}) {
+    SHARDSCOPE_RETURN_IF_ERROR(md.InRange(key, value, kMinBandwidth, kMaxBandwidth, zero_means));
+  }
+  SHARDSCOPE_RETURN_IF_ERROR(bytes_key("gpu.hbm_bytes", static_cast<double>(g.hbm_bytes)));
+  SHARDSCOPE_RETURN_IF_ERROR(bytes_key("gpu.usable_bytes", static_cast<double>(g.usable_bytes)));
+  SHARDSCOPE_RETURN_IF_ERROR(md.InRange("gpu.sm_count", g.sm_count, 1, static_cast<double>(kMaxSmOrNicCount)));
+  SHARDSCOPE_RETURN_IF_ERROR(md.InRange("cluster.nics_per_node", c.nics_per_node, 0, static_cast<double>(kMaxSmOrNicCount)));
+  if (c.nodes < 1 || c.gpus_per_node < 1 || c.nodes > kMaxClusterGpus || c.gpus_per_node > kMaxClusterGpus ||
+      g.hbm_bandwidth <= 0) {
+    return Status::InvalidInput(fmt::format(
+        "{}: /metadata: cluster needs nodes and gpus_per_node in [1, {}] and gpu.hbm_bandwidth > 0", label,
+        kMaxClusterGpus));
   }
   if (static_cast<int64_t>(c.nodes) * c.gpus_per_node < schedule.world_size()) {
     return Status::InvalidInput(fmt::format(
@@ -251,17 +346,23 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cpp_op_overhead_ns", setup.host.cpp_op_overhead_ns));
   SHARDSCOPE_RETURN_IF_ERROR(
       md.Int32("host.max_queued_launches_per_stream", setup.host.max_queued_launches_per_stream));
-  if (setup.contention.compute_slowdown < 0 || setup.contention.comm_slowdown < 0 ||
-      setup.host.launch_overhead_ns < 0 || setup.host.hook_overhead_ns < 0 ||
-      setup.host.python_op_overhead_ns < 0 || setup.host.cpp_op_overhead_ns < 0 ||
-      setup.host.max_queued_launches_per_stream < 0) {
-    return Status::InvalidInput(fmt::format("{}: /metadata: contention and host costs must be >= 0", label));
-  }
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cuda_malloc_ns", setup.host.cuda_malloc_ns));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("host.cuda_free_ns", setup.host.cuda_free_ns));
-  if (setup.host.cuda_malloc_ns < 0 || setup.host.cuda_free_ns < 0) {
-    return Status::InvalidInput(fmt::format("{}: /metadata: cudaMalloc and cudaFree costs must be >= 0", label));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      md.InRange("contention.compute_slowdown", setup.contention.compute_slowdown, 0, kMaxContentionSlowdown));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      md.InRange("contention.comm_slowdown", setup.contention.comm_slowdown, 0, kMaxContentionSlowdown));
+  for (const auto& [key, value] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"host.launch_overhead_ns", setup.host.launch_overhead_ns},
+           {"host.hook_overhead_ns", setup.host.hook_overhead_ns},
+           {"host.python_op_overhead_ns", setup.host.python_op_overhead_ns},
+           {"host.cpp_op_overhead_ns", setup.host.cpp_op_overhead_ns},
+           {"host.cuda_malloc_ns", setup.host.cuda_malloc_ns},
+           {"host.cuda_free_ns", setup.host.cuda_free_ns}}) {
+    SHARDSCOPE_RETURN_IF_ERROR(md.InRange(key, static_cast<double>(value), 0, static_cast<double>(kMaxHostCostNs)));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(md.InRange("host.max_queued_launches_per_stream",
+                                        setup.host.max_queued_launches_per_stream, 0, double(int64_t{1} << 24)));
   setup.memory.alloc_conf = md.String("allocator.conf", "");
   StatusOr<AllocatorConfig> allocator = AllocatorConfig::Parse(setup.memory.alloc_conf);
   if (!allocator.ok()) {
@@ -270,17 +371,17 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
   setup.memory.allocator = *allocator;
   SHARDSCOPE_RETURN_IF_ERROR(md.Double("allocator.memory_fraction", setup.memory.allocator.memory_fraction));
   SHARDSCOPE_RETURN_IF_ERROR(md.Int("allocator.reserved_by_others_bytes", setup.memory.reserved_by_others_bytes));
-  if (!(setup.memory.allocator.memory_fraction > 0 && setup.memory.allocator.memory_fraction <= 1) ||
-      setup.memory.reserved_by_others_bytes < 0) {
-    return Status::InvalidInput(fmt::format(
-        "{}: /metadata: allocator.memory_fraction must be in (0, 1] and reserved bytes >= 0", label));
+  if (!(setup.memory.allocator.memory_fraction > 0 && setup.memory.allocator.memory_fraction <= 1)) {
+    return Status::InvalidInput(fmt::format("{}: /metadata: allocator.memory_fraction must be in (0, 1]", label));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(
+      bytes_key("allocator.reserved_by_others_bytes", static_cast<double>(setup.memory.reserved_by_others_bytes)));
   for (int32_t rank = 0; rank < schedule.world_size(); ++rank) {
     const std::string key = fmt::format("allocator.reserved_by_others_bytes.{}", rank);
     if (!md.Has(key)) continue;
     int64_t bytes = 0;
     SHARDSCOPE_RETURN_IF_ERROR(md.Int(key, bytes));
-    if (bytes < 0) return Status::InvalidInput(fmt::format("{}: /metadata/{}: must be >= 0", label, key));
+    SHARDSCOPE_RETURN_IF_ERROR(bytes_key(key, static_cast<double>(bytes)));
     setup.memory.reserved_by_others_per_rank[rank] = bytes;
   }
   for (int32_t rank = 0; rank < schedule.world_size(); ++rank) {
@@ -288,8 +389,9 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     if (!md.Has(key)) continue;
     double factor = 0;
     SHARDSCOPE_RETURN_IF_ERROR(md.Double(key, factor));
-    if (!(factor > 0) || !std::isfinite(factor)) {
-      return Status::InvalidInput(fmt::format("{}: /metadata/{}: a slowdown factor must be > 0", label, key));
+    if (!(factor > 0 && factor <= kMaxRankSlowdownFactor)) {
+      return Status::InvalidInput(fmt::format("{}: /metadata/{}: a slowdown factor must be in (0, {}]", label, key,
+                                              kMaxRankSlowdownFactor));
     }
     setup.rank_slowdown[rank] = factor;
   }
@@ -327,6 +429,7 @@ StatusOr<SimulationSetup> SetupFromSchedule(const Schedule& schedule, const std:
     SHARDSCOPE_RETURN_IF_ERROR(md.Double(key + "peak_flops", figures.peak_flops));
     setup.mfu_conventions.push_back(std::move(figures));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(lowering_internal::ReadDeviceMemoryMetadata(schedule, label, setup));
   return setup;
 }
 

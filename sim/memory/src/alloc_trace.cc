@@ -31,6 +31,10 @@ using OrderedJson = nlohmann::ordered_json;
 // A trace with more streams than this is a typo, not a workload (PyTorch pools hold a
 // handful of streams); the cap also bounds the GPU script, which creates every stream.
 constexpr int64_t kMaxStreams = 1024;
+// Bytes: one alloc at most traces::kMaxOpBytes (1 PiB, the schedule's limit), a device at most
+// 2^56 (64 PiB, as the initial segments in all): the allocator's rounding and sums of such
+// sizes stay inside int64_t.
+constexpr int64_t kMaxDeviceBytes = int64_t{1} << 56;
 // A trace nests three levels deep; nlohmann's parser recurses per level, so deeper input is
 // refused before parsing rather than allowed to exhaust the stack.
 constexpr int kMaxDepth = 64;
@@ -177,7 +181,8 @@ StatusOr<AllocTraceOp> ParseOp(const Json& value, const Context& at, int64_t max
     SHARDSCOPE_RETURN_IF_ERROR(at.OnlyKeys(value, {"op", "id", "bytes", "stream"}));
     AllocTraceAlloc op;
     SHARDSCOPE_ASSIGN_OR_RETURN(op.id, at.Int(value, "id", 0, kMaxId, "a non-negative integer"));
-    SHARDSCOPE_ASSIGN_OR_RETURN(op.bytes, at.Int(value, "bytes", 0, kMaxId, "a non-negative integer"));
+    SHARDSCOPE_ASSIGN_OR_RETURN(op.bytes, at.Int(value, "bytes", 0, traces::kMaxOpBytes,
+                                                 fmt::format("an integer in [0, {}] (bytes)", traces::kMaxOpBytes)));
     SHARDSCOPE_ASSIGN_OR_RETURN(int64_t stream, at.Int(value, "stream", 0, max_stream, stream_expected));
     op.stream = static_cast<int32_t>(stream);
     return AllocTraceOp(op);
@@ -216,8 +221,9 @@ Status ValidateAllocTrace(const AllocTrace& trace, const std::string& source) {
   if (!(trace.memory_fraction > 0 && trace.memory_fraction <= 1)) {
     return top.Error("memory_fraction", fmt::format("expected a number in (0, 1], got {}", trace.memory_fraction));
   }
-  if (trace.device_memory_bytes <= 0) {
-    return top.Error("device_memory_bytes", fmt::format("expected a positive integer, got {}", trace.device_memory_bytes));
+  if (trace.device_memory_bytes <= 0 || trace.device_memory_bytes > kMaxDeviceBytes) {
+    return top.Error("device_memory_bytes",
+                     fmt::format("expected an integer in [1, {}], got {}", kMaxDeviceBytes, trace.device_memory_bytes));
   }
   if (trace.streams < 1 || trace.streams > kMaxStreams) {
     return top.Error("streams", fmt::format("expected an integer in [1, {}], got {}", kMaxStreams, trace.streams));
@@ -300,7 +306,9 @@ Status ValidateAllocTrace(const AllocTrace& trace, const std::string& source) {
       return Status::Ok();
     };
     if (const auto* alloc = std::get_if<AllocTraceAlloc>(&op)) {
-      if (alloc->bytes < 0) return at.Error("bytes", fmt::format("expected a non-negative integer, got {}", alloc->bytes));
+      if (alloc->bytes < 0 || alloc->bytes > traces::kMaxOpBytes) {
+        return at.Error("bytes", fmt::format("expected an integer in [0, {}], got {}", traces::kMaxOpBytes, alloc->bytes));
+      }
       if (alloc->id < 0) return at.Error("id", fmt::format("expected a non-negative integer, got {}", alloc->id));
       SHARDSCOPE_RETURN_IF_ERROR(check_stream(alloc->stream));
       auto [it, inserted] = lives.try_emplace(alloc->id, Life{static_cast<int64_t>(i), -1});
@@ -355,8 +363,8 @@ StatusOr<AllocTrace> ParseAllocTrace(std::string_view json, const std::string& s
     trace.memory_fraction = it->get<double>();
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(trace.device_memory_bytes,
-                              top.Int(doc, "device_memory_bytes", 1, std::numeric_limits<int64_t>::max(),
-                                      "a positive integer (bytes)"));
+                              top.Int(doc, "device_memory_bytes", 1, kMaxDeviceBytes,
+                                      fmt::format("an integer in [1, {}] (bytes)", kMaxDeviceBytes)));
   SHARDSCOPE_ASSIGN_OR_RETURN(int64_t streams,
                               top.Int(doc, "streams", 1, kMaxStreams, fmt::format("an integer in [1, {}]", kMaxStreams)));
   trace.streams = static_cast<int32_t>(streams);

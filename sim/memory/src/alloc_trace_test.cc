@@ -109,9 +109,16 @@ TEST(AllocTraceJson, Errors) {
   EXPECT_THAT(ParseError(Doc(R"({"op": "empty_cache", "id": 1})")), HasSubstr("ops[0]: key 'id': unknown key"));
   EXPECT_THAT(ParseError(Doc(R"({"op": "alloc", "id": 0, "stream": 0})")), HasSubstr("ops[0]: key 'bytes': missing"));
   EXPECT_THAT(ParseError(Doc(R"({"op": "alloc", "id": 0, "bytes": -5, "stream": 0})")),
-              HasSubstr("ops[0]: key 'bytes': expected a non-negative integer, got -5"));
+              HasSubstr("ops[0]: key 'bytes': expected an integer in [0, 1125899906842624] (bytes), got -5"));
   EXPECT_THAT(ParseError(Doc(R"({"op": "alloc", "id": 0, "bytes": 1.5, "stream": 0})")),
-              HasSubstr("ops[0]: key 'bytes': expected a non-negative integer, got 1.5"));
+              HasSubstr("ops[0]: key 'bytes': expected an integer in [0, 1125899906842624] (bytes), got 1.5"));
+  // 2^63 - 1 bytes once wrapped in the allocator's rounding and did not run out of memory: one
+  // alloc is at most traces::kMaxOpBytes (2^50), a device at most 2^56.
+  EXPECT_THAT(ParseError(Doc(R"({"op": "alloc", "id": 0, "bytes": 9223372036854775807, "stream": 0})")),
+              HasSubstr("ops[0]: key 'bytes': expected an integer in [0, 1125899906842624] (bytes), got "
+                        "9223372036854775807"));
+  EXPECT_THAT(ParseError(R"({"version": 1, "device_memory_bytes": 9223372036854775807, "streams": 1, "ops": []})"),
+              HasSubstr("key 'device_memory_bytes': expected an integer in [1, 72057594037927936] (bytes)"));
   EXPECT_THAT(ParseError(Doc(R"({"op": "alloc", "id": -1, "bytes": 1, "stream": 0})")), HasSubstr("ops[0]: key 'id'"));
   EXPECT_THAT(ParseError(Doc(R"({"op": "alloc", "id": 0, "bytes": 1, "stream": 2})")),
               HasSubstr("ops[0]: key 'stream': expected a stream index in [0, 1], got 2"));

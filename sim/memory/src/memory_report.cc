@@ -105,7 +105,7 @@ constexpr double kBytesPerGiB = double(int64_t{1} << 30);
 StatusOr<SimulationResult> RunSimulation(const traces::Schedule& schedule, const SimulationSetup& setup,
                                          bool record_history, EngineObserver* observer) {
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<CostProvider> costs, MakeCostProvider(schedule, setup));
-  EngineConfig config = EngineConfigFor(setup, schedule.world_size());
+  EngineConfig config = EngineConfigFor(setup, schedule);
   config.memory.record_history = record_history;
   return Simulate(schedule, *costs, config, observer);
 }
@@ -149,6 +149,16 @@ StatusOr<FitCandidate> TryCandidate(const Plan& base, int64_t micro_batch, Activ
   }
   if (capacity_bytes != nullptr) *capacity_bytes = std::max<int64_t>(capacity, 0);
   c.fits = c.oom_ranks == 0 && c.num_alloc_retries == 0 && !result->hung;
+  // A job that runs out of memory while the framework builds it never reaches the step.
+  const traces::ReportMemoryPhases phases = MemoryPhasesOf(*schedule, *setup, *result);
+  for (const traces::ReportMemoryClass& phase : phases.classes) {
+    if (!phase.init_oom) continue;
+    c.fits = false;
+    c.init_oom = true;
+    c.note = fmt::format("init phase OOM on ranks {} ({}): {} needed {:.2f} GiB more", phase.ranks,
+                         phases.init_framework, phase.init_oom_at, phase.init_oom_requested_bytes / kBytesPerGiB);
+    break;
+  }
   // A rank that stopped makes the makespan the time of the failure, not a step time.
   if (c.oom_ranks == 0 && !result->hung) {
     c.step_time_ns = result->makespan_ns;
@@ -157,7 +167,10 @@ StatusOr<FitCandidate> TryCandidate(const Plan& base, int64_t micro_batch, Activ
                                     static_cast<double>(c.step_time_ns);
     }
   }
-  if (first_oom != nullptr) {
+  if (c.init_oom) {
+    c.step_time_ns = 0;
+    c.tokens_per_second_per_gpu = 0;
+  } else if (first_oom != nullptr) {
     const OomInfo& oom = *first_oom->memory.oom;
     c.note = fmt::format("OOM on {} rank(s); rank {} at op {}: tried {:.2f} GiB, {:.2f} GiB free", c.oom_ranks,
                          first_oom_rank, oom.op_id, oom.requested_bytes / kBytesPerGiB,
@@ -251,6 +264,24 @@ StatusOr<FitResult> SearchActivationCheckpointing(const Plan& base, const FitPro
   return fit;
 }
 
+// The GPU outside the allocator and the init phase of `b.rank`.
+void AddDeviceMemory(const traces::Schedule& schedule, const SimulationSetup& setup, MemoryBreakdown& b) {
+  const DeviceMemorySetup& d = setup.device_memory;
+  b.usable_bytes = setup.cluster.gpu.usable_bytes;
+  b.cuda_context_bytes = d.cuda_context_bytes;
+  b.nccl_bytes = d.NcclBytes(b.rank);
+  b.cublas_workspace_bytes = d.cublas_workspace_bytes * d.cublas_workspaces;
+  b.cublas_in_allocator = d.cublas_in_allocator;
+  auto others = setup.memory.reserved_by_others_per_rank.find(b.rank);
+  b.reserved_by_others_bytes =
+      others != setup.memory.reserved_by_others_per_rank.end() ? others->second : setup.memory.reserved_by_others_bytes;
+  // Workspaces the allocator serves are reserved blocks no tensor of the program names.
+  if (b.cublas_in_allocator && b.peak_reserved_bytes >= b.cublas_workspace_bytes) {
+    b.allocator_overhead_bytes -= b.cublas_workspace_bytes;
+  }
+  b.init = SimulateInitPhase(schedule, setup, b.rank);
+}
+
 }  // namespace
 
 std::string_view MemoryCategoryName(MemoryCategory category) {
@@ -318,6 +349,7 @@ StatusOr<std::vector<MemoryBreakdown>> SimulateMemory(const traces::Schedule& sc
   breakdowns.reserve(unique.size());
   for (int32_t rank : unique) {
     breakdowns.push_back(BreakdownAtPeak(schedule, rank, result.ranks[static_cast<size_t>(rank)].memory));
+    AddDeviceMemory(schedule, setup, breakdowns.back());
   }
   return breakdowns;
 }
@@ -355,6 +387,7 @@ StatusOr<std::vector<MemoryBreakdown>> SimulateMemoryDefaultRanks(const traces::
   std::vector<MemoryBreakdown> breakdowns;
   for (int32_t rank : chosen) {
     breakdowns.push_back(BreakdownAtPeak(schedule, rank, result.ranks[static_cast<size_t>(rank)].memory));
+    AddDeviceMemory(schedule, setup, breakdowns.back());
   }
   return breakdowns;
 }

@@ -47,6 +47,16 @@ nlohmann::json BreakdownJson(const MemoryBreakdown& b) {
            {"free_bytes", b.oom->free_bytes},
            {"largest_free_block", b.oom->largest_free_block}};
   }
+  nlohmann::json init = nullptr;
+  if (b.init.simulated) {
+    init = {{"framework", b.init.framework},
+            {"capacity_bytes", b.init.capacity_bytes},
+            {"nccl_buffer_bytes", b.init.nccl_bytes},
+            {"peak_reserved_bytes", b.init.peak_reserved_bytes},
+            {"peak_at", std::string(InitWhatText(b.init.peak_what))},
+            {"oom_at", b.init.oom ? nlohmann::json(std::string(InitWhatText(b.init.oom->what))) : nlohmann::json()},
+            {"oom_requested_bytes", b.init.oom ? nlohmann::json(b.init.oom->requested_bytes) : nlohmann::json()}};
+  }
   return {{"rank", b.rank},
           {"capacity_bytes", b.capacity_bytes},
           {"peak_reserved_bytes", b.peak_reserved_bytes},
@@ -57,7 +67,14 @@ nlohmann::json BreakdownJson(const MemoryBreakdown& b) {
           {"headroom_bytes", b.headroom_bytes},
           {"num_alloc_retries", b.num_alloc_retries},
           {"num_ooms", b.num_ooms},
-          {"oom", oom}};
+          {"oom", oom},
+          {"usable_bytes", b.usable_bytes},
+          {"cuda_context_bytes", b.cuda_context_bytes},
+          {"nccl_buffer_bytes", b.nccl_bytes},
+          {"cublas_workspace_bytes", b.cublas_workspace_bytes},
+          {"cublas_workspace_in_allocator", b.cublas_in_allocator},
+          {"reserved_by_others_bytes", b.reserved_by_others_bytes},
+          {"init", init}};
 }
 
 std::string CandidatesTable(const FitResult& fit) {
@@ -100,6 +117,30 @@ std::string MemoryBreakdownText(const MemoryBreakdown& b) {
   out += fmt::format("  {:<24} {:>10.3f}\n", "capacity", GiB(cap));
   out += fmt::format("  {:<24} {:>10}\n", "alloc retries", b.num_alloc_retries);
   out += fmt::format("  {:<24} {}\n", "OOM", b.oom ? OomText(*b.oom) : std::string("none"));
+  // Where the capacity comes from: what CUDA reports less what the CUDA stack holds outside
+  // the allocator (lowering/schedule_metadata.h DeviceMemorySetup).
+  out += fmt::format("  {:<24} {:>10}\n", "the GPU", "GiB");
+  out += fmt::format("  {:<24} {:>10.3f}   cudaMemGetInfo total\n", "usable", GiB(b.usable_bytes));
+  out += fmt::format("  {:<24} {:>10.3f}\n", "- CUDA context", GiB(b.cuda_context_bytes));
+  out += fmt::format("  {:<24} {:>10.3f}   communicator buffers, outside the allocator\n", "- NCCL", GiB(b.nccl_bytes));
+  if (b.cublas_in_allocator) {
+    out += fmt::format("  {:<24} {:>10.3f}   inside the allocator (part of peak reserved)\n", "  cuBLAS workspaces",
+                       GiB(b.cublas_workspace_bytes));
+  } else {
+    out += fmt::format("  {:<24} {:>10.3f}   cudaMalloc'd by cuBLAS, outside the allocator\n", "- cuBLAS workspaces",
+                       GiB(b.cublas_workspace_bytes));
+  }
+  if (b.reserved_by_others_bytes > 0) {
+    out += fmt::format("  {:<24} {:>10.3f}\n", "- other processes", GiB(b.reserved_by_others_bytes));
+  }
+  out += fmt::format("  {:<24} {:>10.3f}\n", "= capacity", GiB(cap));
+  if (b.init.simulated) {
+    out += fmt::format("  {:<24} {:>10.3f}   {} ({}), {}\n", "init phase peak", GiB(b.init.peak_reserved_bytes),
+                       b.init.framework, InitWhatText(b.init.peak_what),
+                       b.init.oom ? fmt::format("OUT OF MEMORY at: {} ({:.2f} GiB requested)",
+                                                InitWhatText(b.init.oom->what), GiB(b.init.oom->requested_bytes))
+                                  : std::string("fits"));
+  }
   return out;
 }
 

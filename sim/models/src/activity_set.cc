@@ -29,7 +29,7 @@ ActivitySet::ActivitySet(int32_t gpus, std::vector<std::unique_ptr<ResourceModel
 }
 
 ActivityId ActivitySet::Start(ActivityKind kind, double work_ns, std::span<const int32_t> gpus,
-                              int32_t communicator, int64_t bytes, int64_t now) {
+                              const CollectiveWork& collective, int64_t now) {
   ActivityId id;
   if (!free_.empty()) {
     id = free_.back();
@@ -46,8 +46,10 @@ ActivityId ActivitySet::Start(ActivityKind kind, double work_ns, std::span<const
   a.work = work_ns;
   a.rate = 0;  // forces the first SetRate to queue the completion
   a.last_update = now;
-  a.bytes = bytes;
-  a.communicator = communicator;
+  a.bytes = collective.bytes;
+  a.communicator = collective.communicator;
+  a.collective_type = collective.type;
+  a.algorithm = collective.algorithm;
   a.gpus.assign(gpus.begin(), gpus.end());
   a.gpu = gpus.empty() ? -1 : gpus.front();
   if (Indexed(kind)) {

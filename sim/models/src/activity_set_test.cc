@@ -15,10 +15,11 @@ struct Fixture {
     set.emplace(gpus, std::move(*models), &seq);
   }
   ActivityId Kernel(int32_t gpu, double ns, int64_t now = 0) {
-    return set->Start(ActivityKind::kCompute, ns, {&gpu, 1}, -1, 0, now);
+    return set->Start(ActivityKind::kCompute, ns, {&gpu, 1}, CollectiveWork{}, now);
   }
   ActivityId Collective(std::vector<int32_t> gpus, double ns, int32_t comm = 0, int64_t bytes = 0, int64_t now = 0) {
-    return set->Start(ActivityKind::kComm, ns, gpus, comm, bytes, now);
+    const CollectiveWork work{comm, traces::CollectiveType::kAllGather, NcclAlgorithm::kRing, bytes};
+    return set->Start(ActivityKind::kComm, ns, gpus, work, now);
   }
   // Pops completions (skipping stale ones) until `id`'s: its date.
   int64_t EndOf(ActivityId id) {

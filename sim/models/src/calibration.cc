@@ -38,7 +38,26 @@ using traces::AttentionDesc;
 constexpr double kNsPerSecond = 1e9;
 constexpr int kProfileVersion = 1;
 
+// Limits on a profile's values (docs/CALIBRATION.md), the same as a plan's own where the plan
+// has the key (sim/plan/src/plan_schema.h), so a profile cannot set what a plan may not:
+// - an efficiency is achieved / datasheet peak FLOP/s of the measured GPU, at most 1;
+constexpr double kMaxEfficiency = 1;
+// - host costs (launch, a collective's alpha) at most one second (kMaxHostOverheadUs);
+constexpr double kMaxHostCostNs = 1e9;
+// - contention slowdowns at most 100 (kMaxSlowdown);
+constexpr double kMaxSlowdownFactor = 100;
+// - bandwidths from 0.1 GB/s (below 1 Gb/s Ethernet's 125 MB/s, the slowest link a GPU job
+//   could cross) to 100 TB/s (kMaxBandwidthGbps; HBM3e is 8 TB/s).
+constexpr double kMinBandwidthBytesPerS = 1e8;
+constexpr double kMaxBandwidthBytesPerS = 1e14;
+
 std::string DTypeText(DType d) { return std::string(traces::DTypeName(d)); }
+
+// Clamped to the simulator's horizon (traces::kMaxSimulatedNs) as the models' durations are.
+int64_t CeilNs(double ns) {
+  if (!(ns > 0)) return 0;
+  return static_cast<int64_t>(std::ceil(std::min(ns, static_cast<double>(traces::kMaxSimulatedNs))));
+}
 
 }  // namespace
 
@@ -156,7 +175,7 @@ int64_t CalibratedCostProvider::KernelNs(const traces::ComputeDesc& desc) const 
     // Memory-bound: the floor plus the streaming time at the fitted bandwidth, as the model.
     const double bandwidth = MemoryBandwidth();
     const double stream_ns = bandwidth > 0 ? KernelBytes(desc) / bandwidth * kNsPerSecond : 0;
-    return static_cast<int64_t>(std::ceil(static_cast<double>(compute_.KernelFloorNs()) + stream_ns));
+    return CeilNs(static_cast<double>(compute_.KernelFloorNs()) + stream_ns);
   }
   double compute_s = 0;
   if (efficiency > 0 && flops > 0) {
@@ -167,7 +186,7 @@ int64_t CalibratedCostProvider::KernelNs(const traces::ComputeDesc& desc) const 
   const double bandwidth = MemoryBandwidth();
   const double memory_s = bytes > 0 && bandwidth > 0 ? bytes / bandwidth : 0;
   const double ns = std::max(compute_s, memory_s) * kNsPerSecond;
-  return std::max(static_cast<int64_t>(std::ceil(ns)), compute_.KernelFloorNs());
+  return std::max(CeilNs(ns), compute_.KernelFloorNs());
 }
 
 int64_t CalibratedCostProvider::MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const {
@@ -181,7 +200,7 @@ CollectiveCost CalibratedCostProvider::Collective(CollectiveType type, int64_t b
   if (row == nullptr || !(row->beta_bytes_per_s > 0)) return cost;
   const double ns = row->alpha_ns + static_cast<double>(bytes) / row->beta_bytes_per_s * kNsPerSecond;
   cost.available = true;
-  cost.duration_ns = std::max<int64_t>(0, static_cast<int64_t>(std::ceil(ns)));
+  cost.duration_ns = CeilNs(ns);
   cost.latency_us = row->alpha_ns / 1e3;
   cost.algo_bandwidth = row->beta_bytes_per_s;
   return cost;
@@ -283,11 +302,14 @@ class ProfileReader {
     return Status::InvalidInput(fmt::format("{}: {}: {}", where, path, message));
   }
 
-  // Keys of a map, checked against the allowed ones.
+  // Keys of a map, checked against the allowed ones; a key given twice is an error (yaml-cpp
+  // would keep one silently).
   Status CheckKeys(const YAML::Node& map, const std::string& path, std::initializer_list<std::string_view> allowed) const {
     if (!map.IsMap()) return Error(map, path, "expected a mapping");
+    std::set<std::string> seen;
     for (const auto& entry : map) {
       const std::string key = entry.first.as<std::string>("");
+      if (!seen.insert(key).second) return Error(entry.first, path + "." + key, "key given twice");
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         std::string list;
         for (std::string_view a : allowed) list += fmt::format("{}{}", list.empty() ? "" : ", ", a);
@@ -337,15 +359,27 @@ class ProfileReader {
     return q;
   }
 
-  StatusOr<std::optional<FittedValue>> Value(const YAML::Node& root, const std::string& key, bool positive) const {
+  // A number in [min, max] (min excluded when `open_min`).
+  Status Range(const YAML::Node& node, const std::string& path, double value, double min, bool open_min,
+               double max) const {
+    if (open_min ? !(value > min) : !(value >= min)) {
+      return Error(node, path, fmt::format("expected a number {} {} and <= {}, got {}", open_min ? ">" : ">=",
+                                           Num(min), Num(max), Num(value)));
+    }
+    if (!(value <= max)) {
+      return Error(node, path, fmt::format("expected a number <= {} (the limit), got {}", Num(max), Num(value)));
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<std::optional<FittedValue>> Value(const YAML::Node& root, const std::string& key, double min,
+                                             bool open_min, double max) const {
     const YAML::Node node = root[key];
     if (!node) return std::optional<FittedValue>();
     SHARDSCOPE_RETURN_IF_ERROR(CheckKeys(node, key, {"value", "points", "rms_relative_error"}));
     FittedValue v;
     SHARDSCOPE_ASSIGN_OR_RETURN(v.value, Number(node, key, "value"));
-    if (positive ? !(v.value > 0) : v.value < 0) {
-      return Error(node["value"], key + ".value", positive ? "expected > 0" : "expected >= 0");
-    }
+    SHARDSCOPE_RETURN_IF_ERROR(Range(node["value"], key + ".value", v.value, min, open_min, max));
     SHARDSCOPE_ASSIGN_OR_RETURN(v.fit, Fit(node, key));
     return std::optional<FittedValue>(v);
   }
@@ -374,10 +408,19 @@ class ProfileReader {
       return Error(root["version"], "version", fmt::format("expected {}, got {}", kProfileVersion, version));
     }
     SHARDSCOPE_ASSIGN_OR_RETURN(p.gpu, Text(root, "(top level)", "gpu"));
-    SHARDSCOPE_ASSIGN_OR_RETURN(p.launch_overhead_ns, Value(root, "launch_overhead_ns", false));
-    SHARDSCOPE_ASSIGN_OR_RETURN(p.memory_bandwidth, Value(root, "memory_bandwidth_bytes_per_s", true));
-    SHARDSCOPE_ASSIGN_OR_RETURN(p.compute_slowdown, Value(root, "compute_slowdown", false));
-    SHARDSCOPE_ASSIGN_OR_RETURN(p.comm_slowdown, Value(root, "comm_slowdown", false));
+    SHARDSCOPE_ASSIGN_OR_RETURN(p.launch_overhead_ns, Value(root, "launch_overhead_ns", 0, false, kMaxHostCostNs));
+    SHARDSCOPE_ASSIGN_OR_RETURN(p.memory_bandwidth, Value(root, "memory_bandwidth_bytes_per_s", kMinBandwidthBytesPerS,
+                                                          false, kMaxBandwidthBytesPerS));
+    SHARDSCOPE_ASSIGN_OR_RETURN(p.compute_slowdown, Value(root, "compute_slowdown", 0, false, kMaxSlowdownFactor));
+    SHARDSCOPE_ASSIGN_OR_RETURN(p.comm_slowdown, Value(root, "comm_slowdown", 0, false, kMaxSlowdownFactor));
+    // One row per bucket: a second row for a bucket would be silently ignored by the lookups.
+    std::map<std::tuple<int, int64_t, int64_t>, std::string> buckets;
+    const auto unique_bucket = [&](const YAML::Node& n, const std::string& path, std::tuple<int, int64_t, int64_t> key,
+                                   std::string_view what) -> Status {
+      auto [it, inserted] = buckets.emplace(key, path);
+      if (!inserted) return Error(n, path, fmt::format("{} already calibrated by {}", what, it->second));
+      return Status::Ok();
+    };
     SHARDSCOPE_ASSIGN_OR_RETURN(YAML::Node gemm, List(root, "gemm"));
     for (size_t i = 0; gemm && i < gemm.size(); ++i) {
       const std::string path = fmt::format("gemm[{}]", i);
@@ -389,8 +432,11 @@ class ProfileReader {
       if (decade < 0 || decade > 30) return Error(n["flops_decade"], path + ".flops_decade", "expected 0..30");
       g.flops_decade = static_cast<int32_t>(decade);
       SHARDSCOPE_ASSIGN_OR_RETURN(g.efficiency, Number(n, path, "efficiency"));
-      if (!(g.efficiency > 0)) return Error(n["efficiency"], path + ".efficiency", "expected > 0");
+      SHARDSCOPE_RETURN_IF_ERROR(Range(n["efficiency"], path + ".efficiency", g.efficiency, 0, true, kMaxEfficiency));
       SHARDSCOPE_ASSIGN_OR_RETURN(g.fit, Fit(n, path));
+      SHARDSCOPE_RETURN_IF_ERROR(unique_bucket(n, path, {0, static_cast<int>(g.dtype), g.flops_decade},
+                                               fmt::format("the bucket ({}, flops_decade {})", DTypeText(g.dtype),
+                                                           g.flops_decade)));
       p.gemm.push_back(g);
     }
     SHARDSCOPE_ASSIGN_OR_RETURN(YAML::Node attention, List(root, "attention"));
@@ -406,8 +452,10 @@ class ProfileReader {
       }
       a.backward = pass == "backward";
       SHARDSCOPE_ASSIGN_OR_RETURN(a.efficiency, Number(n, path, "efficiency"));
-      if (!(a.efficiency > 0)) return Error(n["efficiency"], path + ".efficiency", "expected > 0");
+      SHARDSCOPE_RETURN_IF_ERROR(Range(n["efficiency"], path + ".efficiency", a.efficiency, 0, true, kMaxEfficiency));
       SHARDSCOPE_ASSIGN_OR_RETURN(a.fit, Fit(n, path));
+      SHARDSCOPE_RETURN_IF_ERROR(unique_bucket(n, path, {1, static_cast<int>(a.dtype), a.backward ? 1 : 0},
+                                               fmt::format("the bucket ({}, {})", DTypeText(a.dtype), pass)));
       p.attention.push_back(a);
     }
     SHARDSCOPE_ASSIGN_OR_RETURN(YAML::Node colls, List(root, "collectives"));
@@ -429,9 +477,10 @@ class ProfileReader {
       if (decade < 0 || decade > 18) return Error(n["bytes_decade"], path + ".bytes_decade", "expected 0..18");
       c.bytes_decade = static_cast<int32_t>(decade);
       SHARDSCOPE_ASSIGN_OR_RETURN(c.alpha_ns, Number(n, path, "alpha_ns"));
-      if (c.alpha_ns < 0) return Error(n["alpha_ns"], path + ".alpha_ns", "expected >= 0");
+      SHARDSCOPE_RETURN_IF_ERROR(Range(n["alpha_ns"], path + ".alpha_ns", c.alpha_ns, 0, false, kMaxHostCostNs));
       SHARDSCOPE_ASSIGN_OR_RETURN(c.beta_bytes_per_s, Number(n, path, "beta_bytes_per_s"));
-      if (!(c.beta_bytes_per_s > 0)) return Error(n["beta_bytes_per_s"], path + ".beta_bytes_per_s", "expected > 0");
+      SHARDSCOPE_RETURN_IF_ERROR(Range(n["beta_bytes_per_s"], path + ".beta_bytes_per_s", c.beta_bytes_per_s,
+                                       kMinBandwidthBytesPerS, false, kMaxBandwidthBytesPerS));
       SHARDSCOPE_ASSIGN_OR_RETURN(std::string method, Text(n, path, "method"));
       if (method == "alpha_beta") {
         c.method = CollectiveFitMethod::kAlphaBeta;
@@ -443,6 +492,10 @@ class ProfileReader {
         return Error(n["method"], path + ".method", fmt::format("expected alpha_beta, alpha_only or beta_only, got '{}'", method));
       }
       SHARDSCOPE_ASSIGN_OR_RETURN(c.fit, Fit(n, path));
+      // Collective types are numbered after the two kernel tables' tags (0, 1).
+      SHARDSCOPE_RETURN_IF_ERROR(unique_bucket(
+          n, path, {2 + static_cast<int>(c.type), c.group_size, c.bytes_decade},
+          fmt::format("the bucket ({}, group_size {}, bytes_decade {})", type, c.group_size, c.bytes_decade)));
       p.collectives.push_back(c);
     }
     return p;

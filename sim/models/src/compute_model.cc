@@ -58,11 +58,16 @@ double AttentionForwardFlops(const AttentionDesc& a) {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t CeilNs(double ns) {
-  // Durations are far below 2^63 ns for any validated shape; clamp so a hostile one cannot
-  // overflow the conversion.
-  constexpr double kMaxNs = 9.0e18;
-  return static_cast<int64_t>(std::ceil(std::min(std::max(ns, 0.0), kMaxNs)));
+  // Clamped to the simulator's horizon (traces::kMaxSimulatedNs): the conversion is defined for
+  // any shape, and an op that long stops the run with an error (the engine's horizon check)
+  // instead of a wrapped clock. NaN (0 / 0 on a GPU without a rate) becomes 0.
+  constexpr auto kMaxNs = static_cast<double>(traces::kMaxSimulatedNs);
+  if (!(ns > 0)) return 0;
+  return static_cast<int64_t>(std::ceil(std::min(ns, kMaxNs)));
 }
+
+// a + b for durations already clamped to the horizon: saturates there.
+int64_t AddNs(int64_t a, int64_t b) { return std::min(a + b, traces::kMaxSimulatedNs); }
 
 bool SixteenBit(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 
@@ -400,7 +405,7 @@ int64_t ComputeModel::MathAttentionNs(const AttentionDesc& a) const {
     kernels.push_back(GemmDesc{a.seq_kv, a.head_dim, a.seq_q, bh, a.dtype});           // dK = dS^T Q
   }
   int64_t ns = 0;
-  for (const traces::ComputeDesc& k : kernels) ns += KernelDurationNs(k);
+  for (const traces::ComputeDesc& k : kernels) ns = AddNs(ns, KernelDurationNs(k));
   return ns;
 }
 

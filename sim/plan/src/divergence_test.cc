@@ -206,7 +206,7 @@ TEST(DivergenceTest, SlowdownReachesTheEngineThroughTheSchedule) {
   StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
   ASSERT_TRUE(setup.ok()) << setup.status().message();
   EXPECT_EQ(setup->rank_slowdown, (std::map<int32_t, double>{{1, 3.0}}));
-  EXPECT_EQ(EngineConfigFor(*setup, 2).rank_slowdown, (std::map<int32_t, double>{{1, 3.0}}));
+  EXPECT_EQ(EngineConfigFor(*setup, schedule).rank_slowdown, (std::map<int32_t, double>{{1, 3.0}}));
 }
 
 // FSDP2, torchtitan wrapping: embed, layers.0, layers.1, [norm, output]; the last two keep
@@ -317,7 +317,7 @@ TEST(DivergenceTest, SweepAddsOneCasePerDivergenceSource) {
   StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
   ASSERT_TRUE(setup.ok());
   ClusterCostProvider costs(schedule, setup->cluster);
-  const EngineConfig config = EngineConfigFor(*setup, 2);
+  const EngineConfig config = EngineConfigFor(*setup, schedule);
   StatusOr<SimulationResult> baseline = Simulate(schedule, costs, config, nullptr);
   ASSERT_TRUE(baseline.ok());
   StatusOr<std::vector<FaultCaseResult>> results =
@@ -335,18 +335,18 @@ TEST(DivergenceTest, MemoryHeldByAnotherProcessCanRunTheRankOutOfMemory) {
   // An 80 GB GPU with all but 1 MiB held by another process: rank 0's allocator cannot
   // hold the toy's model states; it stops and rank 1 waits for it.
   const Plan plan = MustParse(ToyPlan(2, ""));
+  const traces::Schedule schedule = MustLower(plan);
+  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
+  ASSERT_TRUE(setup.ok());
   FaultSweepOptions options;
-  options.held_bytes = plan.cluster.gpu.hbm_bytes - plan.cluster.gpu.cuda_context_bytes - (int64_t{1} << 20);
+  options.held_bytes = AllocatorCapacity(*setup, 0) - (int64_t{1} << 20);
   StatusOr<std::vector<FaultCase>> cases = BuildDivergenceCases(plan, 0, options);
   ASSERT_TRUE(cases.ok());
   ASSERT_FALSE(cases->empty());
   const FaultCase& held = cases->back();
   ASSERT_EQ(held.kind, FaultKind::kMemoryHeld);
-  const traces::Schedule schedule = MustLower(plan);
-  StatusOr<SimulationSetup> setup = SetupFromSchedule(schedule, "<test>");
-  ASSERT_TRUE(setup.ok());
   ClusterCostProvider costs(schedule, setup->cluster);
-  StatusOr<FaultCaseResult> result = RunFaultCase(schedule, costs, EngineConfigFor(*setup, 2), held, 0);
+  StatusOr<FaultCaseResult> result = RunFaultCase(schedule, costs, EngineConfigFor(*setup, schedule), held, 0);
   ASSERT_TRUE(result.ok()) << result.status().message();
   EXPECT_EQ(result->outcome, FaultOutcome::kHang);
   EXPECT_EQ(result->blocked_ranks, (std::vector<int32_t>{0, 1}));

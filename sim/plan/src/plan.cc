@@ -144,6 +144,8 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
                                             &dtype_given, &seq_len_mark, &dtype_mark, &kernels_mark));
   }
   SHARDSCOPE_RETURN_IF_ERROR(ResolveKernelChoices(kernels_mark, &plan));
+  // After training: the default NCCL is the one its PyTorch release bundles.
+  SHARDSCOPE_RETURN_IF_ERROR(ResolveNccl(top.Find("cluster"), &plan));
   // The default dtype must suit the GPU too (bf16 on a V100, say); an explicit one was
   // checked where it was read.
   if (!dtype_given && !DTypeSupported(plan.cluster.gpu, plan.training.dtype)) {
@@ -201,6 +203,7 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   SHARDSCOPE_RETURN_IF_ERROR(ReadFsdp1(top.Find("fsdp1"), plan, &plan.fsdp1));
   SHARDSCOPE_RETURN_IF_ERROR(ReadZero(top.Find("zero"), plan, &plan.zero));
   if (const Entry* e = top.Find("ddp")) SHARDSCOPE_RETURN_IF_ERROR(ReadDdp(*e, &plan.ddp));
+  SHARDSCOPE_RETURN_IF_ERROR(ResolveInit(training, own_section.empty() ? nullptr : top.Find(own_section), &plan));
   // After the strategy sections: expert parallelism depends on the HSDP mesh, and the
   // checkpoint on fairscale and on expert parallelism.
   if (const Entry* e = top.Find("moe")) SHARDSCOPE_RETURN_IF_ERROR(ReadMoe(*e, plan, &plan.moe));
@@ -211,6 +214,8 @@ StatusOr<Plan> PlanParser::ParseRoot(const YAML::Node& root, const std::string& 
   if (const Entry* e = top.Find("allocator")) {
     SHARDSCOPE_RETURN_IF_ERROR(ReadAllocator(*e, plan.cluster.world_size(), &plan.memory));
   }
+  SHARDSCOPE_RETURN_IF_ERROR(CheckDeviceCapacity(*top.Find("cluster"), top.Find("allocator"), plan));
+  if (const Entry* e = top.Find("expect")) SHARDSCOPE_RETURN_IF_ERROR(ReadExpect(*e, plan.cluster.world_size()));
   // After fsdp1: the policy is Composer's, on torch FSDP1.
   if (const Entry* e = top.Find("oom")) SHARDSCOPE_RETURN_IF_ERROR(ReadOom(*e, plan, &plan.oom));
 

@@ -1,11 +1,14 @@
 // The cluster: section: a cluster preset, a preset with figures changed, or a cluster from its
-// GPU and links; cluster.contention; and cluster.calibration, a profile written by `shardscope
-// calibrate` whose fitted costs replace the defaults (read last, from plan.cc).
+// GPU and links; cluster.contention; cluster.network (leaf/spine tiers); cluster.link_sharing;
+// cluster.nccl (the NCCL release and its knobs, resolved after training.pytorch_version, from
+// plan.cc); and cluster.calibration, a profile written by `shardscope calibrate` whose fitted
+// costs replace the defaults (read last, from plan.cc).
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -85,18 +88,24 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
   double value = 0;
   if (const Entry* e = fields.Find("intra_node_bandwidth_gbps")) {
     SHARDSCOPE_RETURN_IF_ERROR(
-        ReadNumber(*e, "cluster.intra_node_bandwidth_gbps", 0, true, kMaxBandwidthGbps, &value));
+        ReadNumber(*e, "cluster.intra_node_bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps, &value));
     spec.intra_node_bandwidth = value * kBytesPerGbps;
   }
   if (const Entry* e = fields.Find("inter_node_bandwidth_gbps")) {
     SHARDSCOPE_RETURN_IF_ERROR(
-        ReadNumber(*e, "cluster.inter_node_bandwidth_gbps", 0, true, kMaxBandwidthGbps, &value));
+        ReadNumber(*e, "cluster.inter_node_bandwidth_gbps", kMinBandwidthGbps, false, kMaxBandwidthGbps, &value));
     spec.inter_node_bandwidth = value * kBytesPerGbps;
   }
   if (const Entry* e = fields.Find("gpu_memory_gb")) {
     SHARDSCOPE_RETURN_IF_ERROR(
         ReadNumber(*e, "cluster.gpu_memory_gb", 0, true, kMaxGpuMemoryGb, &value));
     spec.gpu.hbm_bytes = std::llround(value * kBytesPerMemoryGb);
+    // What a user can read off the machine is what CUDA reports (torch.cuda.get_device_properties
+    // .total_memory): the override is the usable capacity too.
+    spec.gpu.usable_bytes = spec.gpu.hbm_bytes;
+  }
+  if (const Entry* e = fields.Find("link_sharing")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, "cluster.link_sharing", &spec.link_sharing));
   }
   if (const Entry* e = fields.Find("contention")) {
     SHARDSCOPE_ASSIGN_OR_RETURN(
@@ -110,7 +119,88 @@ Status PlanParser::ReadCluster(const Entry& entry, ClusterSpec* cluster,
                                             kMaxSlowdown, &contention->comm_slowdown));
     }
   }
+  if (const Entry* e = fields.Find("network")) SHARDSCOPE_RETURN_IF_ERROR(ReadNetwork(*e, &spec.network));
   *cluster = std::move(spec);
+  return Status::Ok();
+}
+
+Status PlanParser::ReadNetwork(const Entry& entry, NetworkTiers* out) const {
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, ReadMapping(entry.value, MarkOf(entry), "cluster.network", kNetworkKeys));
+  // Both figures are the fabric's own: no default switch latency is assumed (docs/PLAN.md).
+  SHARDSCOPE_RETURN_IF_ERROR(Require(fields, "cluster.network", "nodes_per_leaf",
+                                     "a positive integer (the nodes whose NICs share their rails' leaf switches)"));
+  SHARDSCOPE_RETURN_IF_ERROR(Require(fields, "cluster.network", "switch_latency_ns",
+                                     "a switch's port-to-port latency in ns, from its datasheet"));
+  SHARDSCOPE_RETURN_IF_ERROR(
+      ReadInt32(*fields.Find("nodes_per_leaf"), "cluster.network.nodes_per_leaf", 1, kMaxWorldSize, &out->nodes_per_leaf));
+  return ReadInt(*fields.Find("switch_latency_ns"), "cluster.network.switch_latency_ns", 0, kMaxSwitchLatencyNs,
+                 &out->switch_latency_ns);
+}
+
+Status PlanParser::ResolveNccl(const Entry* cluster, Plan* plan) const {
+  NcclEnv& env = plan->cluster.nccl;
+  env = NcclEnv{};
+  const TrainingConfig& t = plan->training;
+  env.version = NcclForPytorch(t.pytorch_major, t.pytorch_minor);
+  env.version_source = fmt::format("PyTorch {}.{}'s wheels (training.pytorch_version)", t.pytorch_major, t.pytorch_minor);
+  const Entry* nccl = nullptr;
+  Fields cluster_fields;
+  if (cluster != nullptr && cluster->value.IsMap()) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(cluster_fields, ReadMapping(cluster->value, MarkOf(*cluster), "cluster", kClusterKeys));
+    nccl = cluster_fields.Find("nccl");
+  }
+  if (nccl == nullptr) return Status::Ok();
+  SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, ReadMapping(nccl->value, MarkOf(*nccl), "cluster.nccl", kNcclKeys));
+  if (const Entry* e = fields.Find("version")) {
+    // The scalar's text as written: an unquoted 2.20 must not become the float 2.2.
+    const std::string expected = fmt::format("an NCCL release as \"2.minor.patch\" (e.g. \"2.21.5\"), from {}.{}",
+                                             kOldestModelledNccl.major, kOldestModelledNccl.minor);
+    const std::optional<NcclVersion> version = e->value.IsScalar() ? ParseNcclVersion(e->value.Scalar()) : std::nullopt;
+    if (!version || *version < kOldestModelledNccl) return Error(*e, "cluster.nccl.version", expected);
+    env.version = *version;
+    env.version_source = "cluster.nccl.version";
+  }
+  const auto read_list = [&](const char* key, std::string* text, NcclEnableMask* mask, bool algo) -> Status {
+    const Entry* e = fields.Find(key);
+    if (e == nullptr) return Status::Ok();
+    const std::string path = fmt::format("cluster.nccl.{}", key);
+    SHARDSCOPE_RETURN_IF_ERROR(ReadString(*e, path, algo ? "a list of NCCL algorithms" : "a list of NCCL protocols", text));
+    StatusOr<NcclEnableMask> parsed = algo ? ParseNcclAlgoList(*text, env.version) : ParseNcclProtoList(*text, env.version);
+    if (!parsed.ok()) return Error(*e, path, parsed.status().message());
+    *mask = *parsed;
+    if (algo) env.algo_where = Where(MarkOf(*e));
+    return Status::Ok();
+  };
+  SHARDSCOPE_RETURN_IF_ERROR(read_list("NCCL_ALGO", &env.algo, &env.algo_enabled, true));
+  SHARDSCOPE_RETURN_IF_ERROR(read_list("NCCL_PROTO", &env.proto, &env.proto_enabled, false));
+  if (env.algo_where.empty() && fields.Find("NCCL_PROTO") != nullptr) env.algo_where = Where(MarkOf(*fields.Find("NCCL_PROTO")));
+  // 0 off, 1 on, 2 NCCL decides (the default): NCCL_PARAM(NvlsEnable, ...), NCCL_PARAM(PatEnable, ...).
+  if (const Entry* e = fields.Find("NCCL_NVLS_ENABLE")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "cluster.nccl.NCCL_NVLS_ENABLE", 0, kNcclAuto, &env.nvls_enable));
+  }
+  if (const Entry* e = fields.Find("NCCL_PAT_ENABLE")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "cluster.nccl.NCCL_PAT_ENABLE", 0, kNcclAuto, &env.pat_enable));
+  }
+  if (const Entry* e = fields.Find("NCCL_COLLNET_ENABLE")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "cluster.nccl.NCCL_COLLNET_ENABLE", 0, 1, &env.collnet_enable));
+    if (env.collnet_enable != 0) {
+      return Error(MarkOf(*e), "cluster.nccl.NCCL_COLLNET_ENABLE",
+                   "0: CollNet (in-network reduction over IB SHARP) is not modelled", Describe(e->value));
+    }
+  }
+  if (const Entry* e = fields.Find("NCCL_MIN_NCHANNELS")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "cluster.nccl.NCCL_MIN_NCHANNELS", 1, kMaxNcclChannels, &env.min_nchannels));
+  }
+  if (const Entry* e = fields.Find("NCCL_MAX_NCHANNELS")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt32(*e, "cluster.nccl.NCCL_MAX_NCHANNELS", 1, kMaxNcclChannels, &env.max_nchannels));
+  }
+  if (const Entry* e = fields.Find("NCCL_NVLS_NCHANNELS")) {
+    SHARDSCOPE_RETURN_IF_ERROR(
+        ReadInt32(*e, "cluster.nccl.NCCL_NVLS_NCHANNELS", 1, kMaxNcclChannels, &env.nvls_nchannels));
+  }
+  if (const Entry* e = fields.Find("NCCL_BUFFSIZE")) {
+    SHARDSCOPE_RETURN_IF_ERROR(ReadInt(*e, "cluster.nccl.NCCL_BUFFSIZE", 1, kMaxNcclBuffsize, &env.buffsize));
+  }
   return Status::Ok();
 }
 

@@ -391,6 +391,16 @@ Status PlanParser::ReadFsdp1(const Entry* entry, const Plan& plan, Fsdp1Config* 
                       "bucket_cap_mb with implementation torch");
     }
   }
+  // FullyShardedDataParallel(sync_module_states=False, device_id=None) (torch/distributed/fsdp/
+  // fully_sharded_data_parallel.py); fairscale's constructor has neither (it shards the module
+  // where it lives and moves to its compute_device lazily).
+  for (const std::string_view key : {std::string_view("sync_module_states"), std::string_view("device_id")}) {
+    const Entry* e = fields.Find(key);
+    if (e == nullptr) continue;
+    if (fairscale) return reject_for_fairscale(*e, key);
+    SHARDSCOPE_RETURN_IF_ERROR(ReadBool(*e, JoinPath("fsdp1", key),
+                                        key == "device_id" ? &out->device_id : &out->sync_module_states));
+  }
   SHARDSCOPE_RETURN_IF_ERROR(ReadMixedPrecision(fields.Find("mixed_precision"),
                                                 "fsdp1.mixed_precision", plan, &out->param_dtype,
                                                 &out->reduce_dtype));

@@ -3,12 +3,14 @@
 // catch_and_sync).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "plan_parser.h"
 #include "shardscope/sim/models/caching_allocator.h"
+#include "shardscope/sim/presets/cuda_runtime.h"
 
 namespace shardscope::sim::plan_internal {
 
@@ -51,6 +53,58 @@ Status PlanParser::ReadAllocator(const Entry& entry, int32_t world_size, MemoryP
     }
   }
   return Status::Ok();
+}
+
+Status PlanParser::CheckDeviceCapacity(const Entry& cluster, const Entry* allocator, const Plan& plan) const {
+  const GpuSpec& gpu = plan.cluster.gpu;
+  // The rank with the least left: a per-rank figure replaces the global one for its rank
+  // (sim/simulate AllocatorCapacity), so the worst is the largest figure that applies.
+  int64_t others = 0;
+  int32_t worst_rank = -1;  // -1: the global figure
+  const auto& per_rank = plan.memory.reserved_by_others_per_rank;
+  if (static_cast<int64_t>(per_rank.size()) < plan.cluster.world_size()) {
+    others = plan.memory.reserved_by_others_bytes;
+  }
+  for (const auto& [rank, bytes] : per_rank) {
+    if (bytes > others) {
+      others = bytes;
+      worst_rank = rank;
+    }
+  }
+  // The simulator's capacity (sim/simulate AllocatorCapacity): usable memory less the CUDA
+  // context of the plan's CUDA release and other processes' memory. NCCL's buffers depend on
+  // the communicators the lowering makes, so they are left to the simulation: this check is
+  // an upper bound of what the allocator gets. Each term is below 2^51 (the plan's limits),
+  // so nothing overflows.
+  const PytorchVersion pytorch{plan.training.pytorch_major, plan.training.pytorch_minor};
+  const CudaVersion cuda{plan.training.cuda_major, plan.training.cuda_minor};
+  const int64_t context = CudaContextBytes(gpu.arch, cuda, LazyModuleLoading(pytorch, cuda));
+  const int64_t left = gpu.usable_bytes - context - others;
+  if (left > 0) return Status::Ok();
+  const auto gib = [](int64_t bytes) { return static_cast<double>(bytes) / kBytesPerMemoryGb; };
+  const std::string held =
+      others > 0 ? fmt::format(" less {:.3f} GiB held by other processes{}", gib(others),
+                               worst_rank >= 0 ? fmt::format(" on rank {}", worst_rank) : std::string())
+                 : std::string();
+  const std::string got =
+      fmt::format("{:.3f} GiB of GPU memory less {:.3f} GiB of CUDA context (CUDA {}.{}){} = {:.3f} GiB",
+                  gib(gpu.usable_bytes), gib(context), cuda.major, cuda.minor, held, gib(left));
+  const std::string expected = "memory left for the caching allocator on every rank";
+  if (others > 0 && allocator != nullptr) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(Fields fields, ReadMapping(allocator->value, MarkOf(*allocator), "allocator", kAllocatorKeys));
+    const std::string key = worst_rank >= 0 ? "memory_reserved_by_others_gb_per_rank" : "memory_reserved_by_others_gb";
+    if (const Entry* e = fields.Find(key)) {
+      return Error(MarkOf(*e), "allocator." + key, fmt::format("{} (with cluster.gpu_memory_gb)", expected), got);
+    }
+  }
+  if (cluster.value.IsMap()) {
+    for (const auto& pair : cluster.value) {
+      if (pair.first.IsScalar() && pair.first.Scalar() == "gpu_memory_gb") {
+        return Error(pair.second.Mark(), "cluster.gpu_memory_gb", expected, got);
+      }
+    }
+  }
+  return Error(MarkOf(cluster), "cluster", expected, got);
 }
 
 Status PlanParser::ReadOom(const Entry& entry, const Plan& plan, OomConfig* out) const {

@@ -185,6 +185,12 @@ class PlanParser {
   Status ReadModel(const Entry& entry, ModelSpec* out) const;
   Status ReadModelFields(const Fields& fields, ModelSpec* model, bool* modified) const;
   Status ReadCluster(const Entry& entry, ClusterSpec* cluster, ContentionConfig* contention) const;
+  // cluster.network: the leaf/spine tiers.
+  Status ReadNetwork(const Entry& entry, NetworkTiers* out) const;
+  // cluster.nccl, read after training: the release (the plan's, or the one PyTorch's wheels of
+  // training.pytorch_version bundle) decides which NCCL_ALGO / NCCL_PROTO names exist.
+  // `cluster` may be null or a preset name (then only the default is resolved).
+  Status ResolveNccl(const Entry* cluster, Plan* plan) const;
   // cluster.calibration: the profile path, resolved and read (its GPU must be the cluster's);
   // the fitted launch cost and contention factors go into `plan`.
   Status ReadCalibration(const Entry& entry, Plan* plan) const;
@@ -194,6 +200,9 @@ class PlanParser {
                       YAML::Mark* kernels_mark) const;
   // training.kernels from the PyTorch version, the framework code, the GPU and the knobs.
   Status ResolveKernelChoices(const YAML::Mark& mark, Plan* plan) const;
+  // training.cuda_version's default and the init setup's checks across sections (plan_init.cc),
+  // after the strategy sections. `strategy_section` is the strategy's own section, if given.
+  Status ResolveInit(const Entry* training, const Entry* strategy_section, Plan* plan) const;
   // Strategy sections read after model, cluster and training: their checks need the world
   // size, the layer and expert counts and the training dtype from `plan`.
   // `entry` null: the section is absent and only the defaults are resolved.
@@ -225,6 +234,12 @@ class PlanParser {
   Status ReadHostField(const Fields& fields, std::string_view key, int64_t* out_ns) const;
   Status ReadAllocator(const Entry& entry, int32_t world_size, MemoryPlan* out) const;
   Status ReadOom(const Entry& entry, const Plan& plan, OomConfig* out) const;
+  // Refuses a plan whose GPU leaves the allocator nothing on some rank (memory less the CUDA
+  // context and what other processes hold), naming the keys: it could only run out of memory
+  // at its first allocation. `allocator` may be null (no allocator section).
+  // The top-level expect: section (plan_expect.cc): checked, not kept.
+  Status ReadExpect(const Entry& entry, int32_t world_size) const;
+  Status CheckDeviceCapacity(const Entry& cluster, const Entry* allocator, const Plan& plan) const;
 
   // ---- the document (plan.cc) and its divergence (plan_divergence.cc) ----
   // The plan of an already loaded YAML document (Parse minus the text checks).

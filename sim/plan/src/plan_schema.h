@@ -37,6 +37,9 @@ inline constexpr double kMaxParameters = 1125899906842624.0;  // 2^50
 // Activation elements of one micro-batch: tokens x (layers x (hidden + ffn x top-k) + vocab).
 inline constexpr double kMaxActivationElements = 1125899906842624.0;  // 2^50
 inline constexpr double kMaxBandwidthGbps = 1e5;                      // GB/s per GPU (100 TB/s)
+// 0.1 GB/s: below 1 Gb/s Ethernet (125 MB/s), the slowest link a GPU job could cross; the
+// schedule metadata's lower bound too (sim/lowering/src/schedule_metadata.cc).
+inline constexpr double kMinBandwidthGbps = 0.1;
 inline constexpr double kMaxGpuMemoryGb = 1e5;                        // 100 TB
 inline constexpr double kMaxSlowdown = 100;
 inline constexpr double kMaxHostOverheadUs = 1e6;  // one second
@@ -46,6 +49,10 @@ inline constexpr double kMaxDropout = 1;
 // pytorch_version bounds: far beyond any release, so the comparisons below stay plain integers.
 inline constexpr int32_t kMaxPytorchMajor = 99;
 inline constexpr int32_t kMaxPytorchMinor = 999;
+// cuda_version bounds: CUDA 10 is the oldest toolkit any PyTorch from 1.8 was built with.
+inline constexpr int32_t kMinCudaMajor = 10;
+inline constexpr int32_t kMaxCudaMajor = 99;
+inline constexpr int32_t kMaxCudaMinor = 99;
 // DeepSpeed bucket and threshold sizes, in elements: 2^50 keeps element x byte arithmetic
 // inside int64_t and every value exactly representable in the double a "5e8" is read as.
 inline constexpr int64_t kMaxZeroElements = int64_t{1} << 50;
@@ -65,9 +72,17 @@ inline constexpr double kNsPerUs = 1e3;
 using KeyList = std::span<const std::string_view>;
 
 // clang-format off
-inline constexpr std::array<std::string_view, 14> kTopKeys = {
+inline constexpr std::array<std::string_view, 15> kTopKeys = {
     "model", "cluster", "strategy", "training", "fsdp2", "fsdp1", "zero", "ddp", "moe",
-    "checkpoint", "host", "allocator", "oom", "divergence"};
+    "checkpoint", "host", "allocator", "oom", "divergence", "expect"};
+// expect: what a plan's author says the simulation shows (tests/cli/examples_test.sh checks
+// every example against it); the loader checks the spelling and otherwise ignores it.
+inline constexpr std::array<std::string_view, 3> kExpectKeys = {"outcome", "cause", "oom_ranks"};
+inline constexpr std::array<std::string_view, 4> kExpectOutcomes = {"completes", "hangs", "oom_agreed",
+                                                                     "out_of_memory"};
+// The root-cause kinds of a hang report (sim/hangs hang_render.cc CauseKindName).
+inline constexpr std::array<std::string_view, 5> kExpectCauses = {"mismatch", "cycle", "never_issued",
+                                                                   "out_of_memory", "other"};
 inline constexpr std::array<std::string_view, 4> kDivergenceKeys = {"slowdown", "seq_len", "moe_load",
                                                              "overrides"};
 // What an override may change: the workload, the host costs, the OOM handling and the
@@ -89,27 +104,40 @@ inline constexpr std::array<std::string_view, 26> kModelKeys = {
     // them an override of such a preset could reach a state the file cannot repair.
     "alibi", "norm_bias", "reserved_position_rows", "token_types", "embedding_norm", "post_norm",
     "lm_head_transform", "fused_qkv", "dropout"};
-inline constexpr std::array<std::string_view, 9> kClusterKeys = {
+inline constexpr std::array<std::string_view, 12> kClusterKeys = {
     "preset", "nodes", "gpu", "gpus_per_node", "intra_node_bandwidth_gbps",
-    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration"};
+    "inter_node_bandwidth_gbps", "gpu_memory_gb", "contention", "calibration", "nccl", "network",
+    "link_sharing"};
+// cluster.nccl: the release and NCCL's own environment-variable names (presets/nccl_env.h).
+inline constexpr std::array<std::string_view, 10> kNcclKeys = {
+    "version", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_PAT_ENABLE", "NCCL_COLLNET_ENABLE",
+    "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_NCHANNELS", "NCCL_BUFFSIZE"};
+inline constexpr std::array<std::string_view, 2> kNetworkKeys = {"nodes_per_leaf", "switch_latency_ns"};
+// NCCL_MIN/MAX_NCHANNELS, NCCL_NVLS_NCHANNELS: NCCL clamps to MAXCHANNELS itself; a bound far
+// above any release's keeps the arithmetic plain.
+inline constexpr int64_t kMaxNcclChannels = 1024;
+inline constexpr int64_t kMaxNcclBuffsize = int64_t{1} << 40;
+inline constexpr int64_t kMaxSwitchLatencyNs = 1'000'000;  // 1 ms: far above any switch
 inline constexpr std::array<std::string_view, 2> kContentionKeys = {"compute_slowdown", "comm_slowdown"};
-inline constexpr std::array<std::string_view, 13> kTrainingKeys = {
+inline constexpr std::array<std::string_view, 15> kTrainingKeys = {
     "seq_len", "micro_batch_size", "grad_accum_steps", "activation_checkpointing",
     "selective_ac_every", "dtype", "max_grad_norm", "precision", "pytorch_version",
-    "implementation", "compile", "attention", "rms_norm"};
+    "implementation", "compile", "attention", "rms_norm", "cuda_version", "init"};
+inline constexpr std::array<std::string_view, 1> kInitKeys = {"device"};
 inline constexpr std::array<std::string_view, 11> kFsdp2Keys = {
     "reshard_after_forward", "forward_prefetch", "backward_prefetch", "mixed_precision", "mesh",
     "requires_gradient_sync", "gradient_sync_every_k_blocks", "requires_all_reduce",
     "reshard_after_backward", "blocks_per_unit", "wrap"};
-inline constexpr std::array<std::string_view, 11> kFsdp1Keys = {
+inline constexpr std::array<std::string_view, 13> kFsdp1Keys = {
     "sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers", "no_sync",
     "mixed_precision", "mesh", "implementation", "optimize_backward_concat",
-    "reshard_after_forward", "bucket_cap_mb"};
-inline constexpr std::array<std::string_view, 13> kZeroKeys = {
+    "reshard_after_forward", "bucket_cap_mb", "sync_module_states", "device_id"};
+inline constexpr std::array<std::string_view, 14> kZeroKeys = {
     "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
     "stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
     "stage3_param_persistence_threshold", "legacy_prefetch_off_by_one",
-    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path", "legacy_reduce_per_rank"};
+    "legacy_stream_sync_in_fetch_release", "legacy_debug_norm_sync", "legacy_per_parameter_path", "legacy_reduce_per_rank",
+    "zero_init"};
 inline constexpr std::array<std::string_view, 2> kMixedPrecisionKeys = {"param_dtype", "reduce_dtype"};
 inline constexpr std::array<std::string_view, 2> kMeshKeys = {"replicate", "shard"};
 inline constexpr std::array<std::string_view, 2> kDdpKeys = {"bucket_cap_mb", "no_sync"};
@@ -127,6 +155,8 @@ struct EnumName {
   Enum value;
 };
 
+inline constexpr std::array<EnumName<InitDevice>, 3> kInitDevices = {{
+    {"cpu", InitDevice::kCpu}, {"cuda", InitDevice::kCuda}, {"meta", InitDevice::kMeta}}};
 inline constexpr std::array<EnumName<OomPolicy>, 2> kOomPolicies = {{
     {"raise", OomPolicy::kRaise}, {"catch_and_sync", OomPolicy::kCatchAndSync}}};
 inline constexpr std::array<EnumName<Strategy>, 6> kStrategies = {{{"fsdp2", Strategy::kFsdp2},

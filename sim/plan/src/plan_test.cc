@@ -350,7 +350,7 @@ TEST(PlanErrorTest, TopLevelNotAMapping) {
   EXPECT_THAT(ParseError("- model\n- cluster\n"),
               HasSubstr("test.yaml:1:1: (top level): expected a mapping with keys model, "
                         "cluster, strategy, training, fsdp2, fsdp1, zero, ddp, moe, checkpoint, "
-                        "host, allocator, oom, divergence, got a sequence"));
+                        "host, allocator, oom, divergence, expect, got a sequence"));
   EXPECT_THAT(ParseError("fsdp2\n"), HasSubstr("got 'fsdp2'"));
 }
 

@@ -5,12 +5,14 @@
 
 #include <charconv>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "plan_parser.h"
 #include "shardscope/sim/models/compute_model.h"
+#include "shardscope/sim/presets/cuda_runtime.h"
 
 namespace shardscope::sim::plan_internal {
 
@@ -79,6 +81,26 @@ Status PlanParser::ReadTraining(const Entry& entry, const GpuSpec& gpu, Training
     out->pytorch_major = major;
     out->pytorch_minor = minor;
     *kernels_mark = MarkOf(*e);
+  }
+  if (const Entry* e = fields.Find("cuda_version")) {
+    // The CUDA the PyTorch build runs on, "major.minor"; like pytorch_version, read as written.
+    const std::string expected =
+        "a CUDA release as \"major.minor\" (e.g. \"12.4\"), from 10.0 (PyTorch 1.8's oldest build is CUDA 10.1)";
+    if (!e->value.IsScalar()) return Error(*e, "training.cuda_version", expected);
+    const std::optional<ReleaseVersion> cuda = ParseReleaseVersion(e->value.Scalar());
+    if (!cuda || cuda->major < kMinCudaMajor || cuda->major > kMaxCudaMajor || cuda->minor > kMaxCudaMinor) {
+      return Error(*e, "training.cuda_version", expected);
+    }
+    out->cuda_major = cuda->major;
+    out->cuda_minor = cuda->minor;
+  }
+  if (const Entry* e = fields.Find("init")) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(Fields init, ReadMapping(e->value, MarkOf(*e), "training.init", kInitKeys));
+    if (const Entry* d = init.Find("device")) {
+      InitDevice device = InitDevice::kCpu;
+      SHARDSCOPE_RETURN_IF_ERROR(ReadEnum(*d, "training.init.device", kInitDevices, &device));
+      out->init_device = device;
+    }
   }
   if (const Entry* e = fields.Find("implementation")) {
     ModelImplementation implementation = ModelImplementation::kTorchtitan;

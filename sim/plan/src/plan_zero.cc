@@ -102,6 +102,15 @@ Status PlanParser::ReadZero(const Entry* entry, const Plan& plan, ZeroConfig* ou
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_reduce_per_rank));
     } else if (key == "legacy_per_parameter_path") {
       SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->legacy_per_parameter_path));
+    } else if (key == "zero_init") {
+      // deepspeed.zero.Init partitions parameters as modules are built: a stage 3 feature
+      // (runtime/zero/partition_parameters.py); stages 1 and 2 keep full parameters.
+      if (!stage3) {
+        return KeyError(e, path, "zero_init only with strategy zero3 (deepspeed.zero.Init partitions parameters, "
+                                 "which only ZeRO stage 3 does)",
+                        fmt::format("zero_init with strategy {}", StrategyName(plan.strategy)));
+      }
+      SHARDSCOPE_RETURN_IF_ERROR(ReadBool(e, path, &out->zero_init));
     }
   }
   return Status::Ok();

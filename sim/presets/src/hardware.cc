@@ -3,6 +3,7 @@
 #include "shardscope/sim/presets/hardware.h"
 
 #include <array>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -35,15 +36,28 @@ constexpr double PcieX16Bandwidth(double giga_transfers) {
   return giga_transfers * kGiga * kPcieLanes * kPcie128b130bEfficiency / kBitsPerByte;
 }
 
-// Device memory the CUDA context and NCCL take before the framework allocates anything.
-// ESTIMATE, not a measurement: the CUDA context (module images, per-SM local memory, the
-// driver's reservations) is of the order of 0.5 GiB on Ampere/Hopper with lazy loading;
-// NCCL allocates NCCL_BUFFSIZE (4 MiB default, NCCL environment-variable documentation) per
-// channel per ring/tree connection (send + recv, LL/LL128/Simple), i.e. a few hundred MiB
-// for 12-32 channels. We budget 512 MiB + 512 MiB; calibration replaces it.
-constexpr int64_t kCudaContextEstimateBytes = 512 * kMiB;
-constexpr int64_t kNcclBuffersEstimateBytes = 512 * kMiB;
-constexpr int64_t kContextBytes = kCudaContextEstimateBytes + kNcclBuffersEstimateBytes;
+// ---- Usable capacity ---------------------------------------------------------------------------
+// What CUDA reports as the device's total memory (cudaMemGetInfo / cuDeviceTotalMem, PyTorch's
+// get_device_properties().total_memory), from posted outputs on each exact GPU model. It is less
+// than the datasheet capacity by what the driver reserves, which varies a little with the
+// driver release (the driver of each posting is named).
+// Tesla V100-SXM2-32GB: "Total amount of global memory: 31.749 GiB" (CUDA.jl gpuinfo, NVIDIA
+// driver 510.47.03): pc2/GPUInspector.jl docs/src/devices/v100_sxm2.md.
+constexpr double kV100Sxm2_32GbUsableGiB = 31.749;
+// NVIDIA A100-SXM4-40GB: deviceQuery "40339 MBytes (42298834944 bytes)" (driver 535, CUDA 12.2
+// driver / 11.4 runtime): bottlerocket-os/bottlerocket PR #3873.
+constexpr int64_t kA100Sxm4_40GbUsableBytes = 42'298'834'944;
+// NVIDIA A100-SXM4-80GB: deviceQuery "81158 MBytes (85100068864 bytes)" (CUDA 12.5 driver / 12.4
+// runtime): thamada/nvidia-smi nvsim/A100SXMx4_deviceQuery.py.
+constexpr int64_t kA100Sxm4_80GbUsableBytes = 85'100'068'864;
+// NVIDIA H100 80GB HBM3 (SXM5): deviceQuery "81106 MBytes (85045477376 bytes)" (CUDA 12.7 driver /
+// 12.4 runtime): thamada/nvidia-smi nvsim/H100SXMx8_deviceQuery.py. (Posted PyTorch headers on
+// other hosts print total_memory=81082MB to 81090MB: the driver's share varies by release.)
+constexpr int64_t kH100Sxm5_80GbUsableBytes = 85'045'477'376;
+// NVIDIA H200 (141 GB HBM3e): `_CudaDeviceProperties(name='NVIDIA H200', ... total_memory=143156MB)`
+// (PyTorch prints MiB, truncated), posted in a vLLM example's notes (src/llm/vllm/vlm/skywork_r1v.py).
+// One posting: ESTIMATE within the driver's spread.
+constexpr int64_t kH200Sxm_141GbUsableMiB = 143'156;
 
 // ---- GPU presets ------------------------------------------------------------------------------
 // HBM capacities are binary: the "80GB" of an H100 is 80 GiB of DRAM (nvidia-smi reports
@@ -61,10 +75,10 @@ GpuSpec V100Sxm2_32Gb() {
   g.peak_flops_fp16 = 125 * kTera;
   g.peak_flops_fp32 = 15.7 * kTera;
   g.hbm_bytes = 32 * kGiB;
+  g.usable_bytes = std::llround(kV100Sxm2_32GbUsableGiB * static_cast<double>(kGiB));
   g.hbm_bandwidth = 900 * kGiga;
   g.nvlink_bandwidth = 300 * kGiga / kDirectionsPerLink;
   g.pcie_bandwidth = PcieX16Bandwidth(kPcieGen3GigaTransfers);
-  g.cuda_context_bytes = kContextBytes;
   // Measured (single kernels):
   // - fp16 GEMM 97.36 TFLOP/s at 8192^3 and fp32 GEMM 14.51 TFLOP/s (torch.mm, wall clock):
   //   zzc0721/torch-performance-test-data issue #140, "Tesla V100-SXM2-16GB". That board has the
@@ -95,7 +109,6 @@ GpuSpec A100Sxm4Base() {
   g.peak_flops_fp32 = 19.5 * kTera;
   g.nvlink_bandwidth = 600 * kGiga / kDirectionsPerLink;
   g.pcie_bandwidth = PcieX16Bandwidth(kPcieGen4GigaTransfers);
-  g.cuda_context_bytes = kContextBytes;
   // Measured on an A100-SXM4-80GB (the 40 GB board has the same GA108 die, 108 SMs, 1410 MHz boost
   // and 400 W limit, so its GEMM rate and kernel floor are taken as the same: ESTIMATE there):
   // - fp16 GEMM 253.7 TFLOP/s at 8192^3, cuBLASLt, random inputs, 10,000 warm-up and 1,000 timed
@@ -121,6 +134,7 @@ GpuSpec A100Sxm4_40Gb() {
   GpuSpec g = A100Sxm4Base();
   g.name = "a100-sxm4-40gb";
   g.hbm_bytes = 40 * kGiB;
+  g.usable_bytes = kA100Sxm4_40GbUsableBytes;
   g.hbm_bandwidth = 1555 * kGiga;
   // Copy 1220.7 GiB/s = 1310.7 GB/s read + write (CUDA memcpy) on an A100-SXM4-40GB (DGX A100):
   // pc2/GPUInspector.jl docs/src/devices/a100_sxm2.md.
@@ -133,6 +147,7 @@ GpuSpec A100Sxm4_80Gb() {
   GpuSpec g = A100Sxm4Base();
   g.name = "a100-sxm4-80gb";
   g.hbm_bytes = 80 * kGiB;
+  g.usable_bytes = kA100Sxm4_80GbUsableBytes;
   g.hbm_bandwidth = 2039 * kGiga;
   // Copy 1672.4 GB/s read + write at 4 GiB, clocks logged: openfabric-systems/simllm
   // examples/a100_hardware_envelope_v1/RESULTS.md (BabelStream Copy on Azure ND A100 v4: 1.61 TB/s).
@@ -155,7 +170,6 @@ GpuSpec HopperSxmBase() {
   g.peak_flops_fp8 = 3958 * kTera / kSparsitySpeedup;
   g.nvlink_bandwidth = 900 * kGiga / kDirectionsPerLink;
   g.pcie_bandwidth = PcieX16Bandwidth(kPcieGen5GigaTransfers);
-  g.cuda_context_bytes = kContextBytes;
   // No Hopper kernel-floor measurement found: 2 us ESTIMATE (as V100).
   g.measured.kernel_floor_ns = 2000;
   return g;
@@ -166,6 +180,7 @@ GpuSpec H100Sxm5_80Gb() {
   GpuSpec g = HopperSxmBase();
   g.name = "h100-sxm5-80gb";
   g.hbm_bytes = 80 * kGiB;
+  g.usable_bytes = kH100Sxm5_80GbUsableBytes;
   g.hbm_bandwidth = 3350 * kGiga;
   // Measured on H100 SXM5 80GB:
   // - bf16 GEMM 794.5 TFLOP/s at 2048 x 2048 x 13312 (MAMF, torch 2.7.0+cu126, mean of 100 timed
@@ -191,6 +206,7 @@ GpuSpec H200Sxm_141Gb() {
   GpuSpec g = HopperSxmBase();
   g.name = "h200-sxm-141gb";
   g.hbm_bytes = 141 * kGiB;
+  g.usable_bytes = kH200Sxm_141GbUsableMiB * kMiB;
   g.hbm_bandwidth = 4800 * kGiga;
   // Measured on H200:
   // - bf16 GEMM 722 TFLOP/s at 3072 x 2816 x 8192, sustained: mamf-finder's MSMF (the rate a

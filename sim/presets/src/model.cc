@@ -323,6 +323,16 @@ Status ValidateWorkload(const ModelSpec& m, const Workload& w) {
   return Status::Ok();
 }
 
+std::vector<ModuleParams> ModelParameters(const ModelSpec& model) {
+  std::vector<ModuleParams> modules;
+  modules.reserve(static_cast<size_t>(model.layers) + 2);
+  modules.push_back({"embed", EmbedParams(model)});
+  const std::vector<ParamTensor> layer = LayerParams(model);
+  for (int32_t i = 0; i < model.layers; ++i) modules.push_back({fmt::format("layers.{}", i), layer});
+  modules.push_back({"head", HeadParams(model)});
+  return modules;
+}
+
 int64_t ParameterCount(const ModelSpec& model) {
   return SumNumel(EmbedParams(model)) + model.layers * SumNumel(LayerParams(model)) +
          SumNumel(HeadParams(model));

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "report_nccl.h"
 #include "shardscope/sim/hangs/hang.h"
 #include "shardscope/traces/collective_counts.h"
 #include "shardscope/traces/report_header.h"
@@ -289,9 +290,25 @@ nlohmann::ordered_json OomJson(const std::optional<OomInfo>& oom) {
 
 }  // namespace
 
+bool InitRunsOutOfMemory(const traces::ReportMemoryPhases& phases) {
+  return std::any_of(phases.classes.begin(), phases.classes.end(),
+                     [](const traces::ReportMemoryClass& c) { return c.init_oom; });
+}
+
+// A job that runs out of memory before its first step has no throughput.
+Figures WithoutThroughput(Figures f) {
+  f.tokens_per_second_per_gpu = 0;
+  f.tflops_per_gpu = 0;
+  f.mfu = 0;
+  return f;
+}
+
 std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result,
                        const DivergenceCost* divergence) {
-  const Figures f = ComputeFigures(schedule, setup, result);
+  const traces::ReportMemoryPhases phases = MemoryPhasesOf(schedule, setup, result);
+  const bool init_oom = InitRunsOutOfMemory(phases);
+  const Figures f = init_oom ? WithoutThroughput(ComputeFigures(schedule, setup, result))
+                             : ComputeFigures(schedule, setup, result);
   nlohmann::ordered_json j;
   traces::WriteReportHeader(traces::ReportHeaderOf(schedule, std::string(Version()), setup.label,
                                                     {setup.cluster.name, setup.cluster.gpu.name, setup.cluster.nodes,
@@ -311,8 +328,10 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                         {"launch_overhead", p.launch_overhead_ns.has_value()},
                         {"contention", p.compute_slowdown.has_value() || p.comm_slowdown.has_value()}};
   }
+  // The NCCL modelled and what its tuning picks for rank 0's collectives (docs/REPORT.md).
+  j["nccl"] = NcclReportJson(schedule, setup);
   // false: the throughput figures below are 0 (a hang, or an OOM the ranks agreed on)
-  j["completed"] = !result.hung && !result.oom_agreed;
+  j["completed"] = !result.hung && !result.oom_agreed && !init_oom;
   j["step_time_ns"] = result.step_ns > 0 ? result.step_ns : result.makespan_ns;
   j["checkpoint_time_ns"] = result.step_ns > 0 ? result.makespan_ns - result.step_ns : 0;
   j["tokens_per_second_per_gpu"] = f.tokens_per_second_per_gpu;
@@ -343,6 +362,7 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
                    m.stats.num_alloc_retries, m.stats.num_ooms);
   }
   traces::WriteReportMemory(memory, setup.memory.alloc_conf, j);
+  traces::WriteReportMemoryPhases(phases, j);
   // The rank the others waited for most in collectives (null: none caused 1 us in total).
   if (result.straggler) {
     const Straggler& st = *result.straggler;
@@ -519,6 +539,8 @@ std::string MemorySnapshotPickle(const RankMemory& memory) {
 }
 
 std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, const SimulationResult& result) {
+  const traces::ReportMemoryPhases phases = MemoryPhasesOf(schedule, setup, result);
+  const bool init_oom = InitRunsOutOfMemory(phases);
   const Figures f = ComputeFigures(schedule, setup, result);
   std::string out;
   out += fmt::format("{}: {} ranks on {} x {} ({})\n", setup.label, schedule.world_size(), setup.cluster.nodes,
@@ -531,7 +553,9 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
                        p.memory_bandwidth ? ", memory bandwidth" : "", p.launch_overhead_ns ? ", launch cost" : "",
                        p.compute_slowdown || p.comm_slowdown ? ", contention" : "");
   }
-  if (result.hung) {
+  if (init_oom) {
+    out += "  the job runs out of memory before its first step (init phase, below)\n";
+  } else if (result.hung) {
     out += fmt::format("  the step does not complete ({} rank(s) stuck: out of memory or a hang, below)\n",
                        result.blocked.size());
   } else if (result.oom_agreed) {
@@ -548,7 +572,7 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
                          static_cast<double>(result.makespan_ns - result.step_ns) * 1e-6);
     }
   }
-  if (setup.tokens_per_rank_step > 0 && !result.hung && !result.oom_agreed) {
+  if (setup.tokens_per_rank_step > 0 && !result.hung && !result.oom_agreed && !init_oom) {
     out += fmt::format("  tokens/s per GPU     {:>12.1f}\n", f.tokens_per_second_per_gpu);
     out += fmt::format("  model TFLOP/s per GPU{:>12.1f}   MFU {:.1f}%\n", f.tflops_per_gpu, 100 * f.mfu);
     std::string by_convention;
@@ -597,6 +621,7 @@ std::string SummaryText(const Schedule& schedule, const SimulationSetup& setup, 
     for (size_t i = 0; i < std::min<size_t>(ooms.size(), 8); ++i) out += "  OUT OF MEMORY: " + ooms[i] + "\n";
     if (ooms.size() > 8) out += fmt::format("  ... and {} more ranks out of memory\n", ooms.size() - 8);
   }
+  out += MemoryPhasesText(phases);
   if (result.hung) {
     const HangReport hang = AnalyzeHang(schedule, result);
     out += fmt::format("  HANG: {} rank(s) cannot finish\n", result.blocked.size());

@@ -24,7 +24,7 @@ StatusOr<SimulateRun> RunSimulation(const LoadedInput& loaded, const SimulateRun
     SHARDSCOPE_ASSIGN_OR_RETURN(own_costs, MakeCostProvider(schedule, setup));
   }
   const CostProvider& costs = options.costs != nullptr ? *options.costs : *own_costs;
-  EngineConfig config = EngineConfigFor(setup, schedule.world_size());
+  EngineConfig config = EngineConfigFor(setup, schedule);
   for (const auto& [rank, factor] : options.stragglers) config.rank_slowdown[rank] = factor;
   config.inject_oom = options.inject_oom;
   config.progress = options.progress;
@@ -44,7 +44,7 @@ StatusOr<SimulateRun> RunSimulation(const LoadedInput& loaded, const SimulateRun
   TraceRecorder recorder(schedule, first_ranks, trace);
   SHARDSCOPE_ASSIGN_OR_RETURN(run.result, Simulate(schedule, costs, config, &recorder));
   const SimulationResult& result = run.result;
-  if (config.progress && options.progress_done) options.progress_done();
+  if (options.progress_done) options.progress_done();
   if (by_default) {
     std::vector<int32_t> extra;
     for (int32_t r : DefaultTraceRanks(result, setup.cluster.gpus_per_node)) {
@@ -143,7 +143,7 @@ std::string SimulateSummaryText(const LoadedInput& input, const SimulateRun& run
 
 StatusOr<SimulationResult> SimulateUntraced(const LoadedInput& input) {
   SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<CostProvider> costs, MakeCostProvider(input.schedule, input.setup));
-  const EngineConfig config = EngineConfigFor(input.setup, input.schedule.world_size());
+  const EngineConfig config = EngineConfigFor(input.setup, input.schedule);
   return Simulate(input.schedule, *costs, config, nullptr);
 }
 

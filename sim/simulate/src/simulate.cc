@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include <fmt/format.h>
+
+#include "shardscope/sim/simulate/cluster_links.h"
 
 namespace shardscope::sim {
 
@@ -16,10 +20,13 @@ int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank) {
   auto it = setup.memory.reserved_by_others_per_rank.find(rank);
   const int64_t others = it != setup.memory.reserved_by_others_per_rank.end() ? it->second
                                                                                 : setup.memory.reserved_by_others_bytes;
-  return std::max<int64_t>(0, setup.cluster.gpu.hbm_bytes - setup.cluster.gpu.cuda_context_bytes - others);
+  const DeviceMemorySetup& d = setup.device_memory;
+  return std::max<int64_t>(0, setup.cluster.gpu.usable_bytes - d.cuda_context_bytes - d.NcclBytes(rank) -
+                                  d.CublasOutsideBytes() - others);
 }
 
-EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
+EngineConfig EngineConfigFor(const SimulationSetup& setup, const Schedule& schedule) {
+  const int32_t world_size = schedule.world_size();
   EngineConfig config;
   config.memory.enabled = true;
   config.memory.allocator = setup.memory.allocator;
@@ -27,9 +34,15 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   config.memory.device_free_ns = setup.host.cuda_free_ns;
   config.memory.record_history = true;
   // One entry when every rank has the same capacity, else one per rank.
-  config.memory.capacity_bytes.push_back(AllocatorCapacity(setup, 0));
-  if (!setup.memory.reserved_by_others_per_rank.empty()) {
-    for (int32_t rank = 1; rank < world_size; ++rank) config.memory.capacity_bytes.push_back(AllocatorCapacity(setup, rank));
+  std::vector<int64_t> capacities(static_cast<size_t>(std::max(1, world_size)));
+  for (size_t rank = 0; rank < capacities.size(); ++rank) capacities[rank] = AllocatorCapacity(setup, static_cast<int32_t>(rank));
+  if (std::all_of(capacities.begin(), capacities.end(), [&](int64_t c) { return c == capacities.front(); })) {
+    capacities.resize(1);
+  }
+  config.memory.capacity_bytes = std::move(capacities);
+  if (setup.device_memory.cublas_in_allocator) {
+    config.memory.gemm_workspace_bytes = setup.device_memory.cublas_workspace_bytes;
+    config.memory.gemm_workspaces = setup.device_memory.cublas_workspaces;
   }
   config.launch_overhead_ns = setup.host.launch_overhead_ns;
   config.max_queued_per_stream = setup.host.max_queued_launches_per_stream;
@@ -37,10 +50,14 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size) {
   config.comm_slowdown = setup.contention.comm_slowdown;
   config.oom_catch_and_sync = setup.oom.policy == OomPolicy::kCatchAndSync;
   config.rank_slowdown = setup.rank_slowdown;
+  ClusterLinks links = ClusterLinksFor(schedule, setup.cluster, NcclModelConfig::For(setup.cluster.nccl));
+  config.links = std::move(links.links);
+  config.link_topologies = std::move(links.topologies);
   return config;
 }
 
 StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const Schedule& schedule, const SimulationSetup& setup) {
+  SHARDSCOPE_RETURN_IF_ERROR(CheckNcclChoices(schedule, setup.cluster));
   if (setup.calibration) return MakeCalibratedCostProvider(schedule, setup.cluster, *setup.calibration);
   return std::unique_ptr<CostProvider>(std::make_unique<ClusterCostProvider>(schedule, setup.cluster));
 }
@@ -68,7 +85,7 @@ StatusOr<InjectedOom> InjectedOomAt(const traces::Schedule& schedule, int64_t ra
 }
 
 bool ValidStraggler(int64_t rank, double factor, int32_t world) {
-  return rank >= 0 && rank < world && factor >= 1.0 && std::isfinite(factor);
+  return rank >= 0 && rank < world && factor >= 1.0 && factor <= kMaxRankSlowdownFactor;
 }
 
 }  // namespace shardscope::sim

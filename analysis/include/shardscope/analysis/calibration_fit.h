@@ -6,7 +6,7 @@
 //   ...
 //   SHARDSCOPE_ASSIGN_OR_RETURN(CalibrationProfile profile, ReadCalibrationProfile("profile.yaml"));
 //   SHARDSCOPE_ASSIGN_OR_RETURN(auto costs, MakeCalibratedCostProvider(schedule, setup.cluster, profile));
-//   EngineConfig config = EngineConfigFor(setup, world);
+//   EngineConfig config = EngineConfigFor(setup, schedule);
 //   ApplyCalibration(profile, config);          // launch cost and contention, where fitted
 //   Simulate(schedule, *costs, config, observer);
 //

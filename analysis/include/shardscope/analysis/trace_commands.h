@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,22 @@ namespace shardscope::traces {
 struct DiffRequest {
   std::string predicted;  // a trace file, a directory holding trace.json, or of per-rank *.json
   std::string measured;   // the same forms
-  std::string out_dir;    // trace.json, report.md, report.json are written here
-  int32_t top_n = 20;     // --top
-  int32_t rank = -1;      // --rank (-1: all)
-  bool full = false;      // --full
-  int64_t step = -1;      // --step (-1: the median measured step)
+  // trace.json, report.md, report.json replace this folder's previous set as one
+  // (base/output_dir.h).
+  std::string out_dir;
+  int32_t top_n = 20;                  // --top
+  std::optional<int32_t> rank;         // --rank (nullopt: every rank; a given rank must be >= 0)
+  bool full = false;                   // --full
+  std::optional<int64_t> step;         // --step (nullopt: the median measured step; likewise >= 0)
+};
+
+// Where RunDiff and RunAnalyze say what they do as they do it. Any member may be empty.
+struct TraceCommandOutput {
+  std::function<void(const std::string&)> note;   // the next piece of work ("reading the measured side x")
+  std::function<void(const std::string&)> warn;   // a side's warning (its time scale)
+  // diff: the lines it prints before the diff is computed (which step of a multi-step trace
+  // was taken: "measured: ...", "predicted: ..."), each with its newline.
+  std::function<void(const std::string&)> print;
 };
 
 struct DiffRun {
@@ -35,12 +47,12 @@ struct DiffRun {
 };
 
 // Loads both sides, cuts them to one step, diffs them and writes the outputs into
-// request.out_dir. `warn` receives each side's warnings (time scale) as they are known.
-StatusOr<DiffRun> RunDiff(const DiffRequest& request, const std::function<void(const std::string&)>& warn);
+// request.out_dir.
+StatusOr<DiffRun> RunDiff(const DiffRequest& request, const TraceCommandOutput& output);
 
 struct AnalyzeRequest {
   std::vector<std::string> traces;        // files or directories (LoadTraceFiles)
-  int32_t rank = -1;                      // --rank (-1: all)
+  std::optional<int32_t> rank;            // --rank (nullopt: every rank; a given rank must be >= 0)
   double kernel_wait_threshold_us = 30;   // --kernel-wait-threshold-us
   bool include_last_step = false;         // --include-last-step
   bool exact_ns = false;                  // --exact-ns
@@ -53,7 +65,8 @@ struct AnalyzeRun {
 };
 
 // HTA's metrics of the traces; InvalidInput for bad options or when no rank has events.
-StatusOr<AnalyzeRun> RunAnalyze(const AnalyzeRequest& request);
+// `output.note` says what is being done; the warnings are returned, not passed to `warn`.
+StatusOr<AnalyzeRun> RunAnalyze(const AnalyzeRequest& request, const TraceCommandOutput& output = {});
 
 }  // namespace shardscope::traces
 

@@ -2,7 +2,8 @@
 //
 // A function that can fail on user input returns Status or StatusOr<T>. Messages name the
 // file, line and key where one is known, and what was expected. Only main() turns a Status
-// into an exit code: kInvalidInput -> 2 (bad plan, schedule or trace), others -> 1.
+// into an exit code: kInvalidInput -> 2 (bad plan, schedule or trace), others -> 1; under a
+// launcher (mpirun) a kAborted error is not printed: the rank that failed first says why.
 #ifndef SHARDSCOPE_BASE_STATUS_H_
 #define SHARDSCOPE_BASE_STATUS_H_
 
@@ -19,6 +20,7 @@ enum class StatusCode {
   kInvalidInput,  // the user's file or arguments are wrong
   kIoError,       // the file system refused
   kInternal,      // a bug in shardscope
+  kAborted,       // stopped because another rank of the job failed (that rank says why)
 };
 
 class [[nodiscard]] Status {
@@ -33,6 +35,9 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string message) {
     return Status(StatusCode::kInternal, std::move(message));
+  }
+  static Status Aborted(std::string message) {
+    return Status(StatusCode::kAborted, std::move(message));
   }
 
   bool ok() const { return code_ == StatusCode::kOk; }

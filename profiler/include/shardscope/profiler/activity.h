@@ -256,10 +256,12 @@ struct BufferPoolOptions {
   int32_t buffer_count = 32;
 };
 
-// Whether CUPTI capture can run in this process: Ok, or an error saying why not (built
-// without CUDA, no driver (libcuda.so.1), no device, libcupti missing or older than the
-// headers we were built with). The caller then falls back to the host-side timeline and
-// prints FallbackWarning(status). Never aborts; safe to call on any machine.
+// Whether CUPTI can be loaded in this process: Ok, or an error saying why not (built without
+// CUDA, no driver (libcuda.so.1), no device, no libcupti of CUDA 13 or 12, or one older than
+// CUDA 12.0). Loading is not initializing: whether capture runs is decided by creating the
+// source and enabling its kinds, which initializes CUPTI (`run --profile` does exactly that
+// before the run, on every rank, and agrees on the outcome). The driver and libcupti are
+// opened once per process, whoever asks. Never aborts; safe to call on any machine.
 Status ProbeCuptiCapture();
 // "warning: --profile: <reason>; writing the host-side timeline only (no device records)".
 std::string FallbackWarning(const Status& probe);

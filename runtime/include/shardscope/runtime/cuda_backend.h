@@ -41,9 +41,19 @@ struct CudaRunOptions {
 // True when this build has the CUDA backend (SHARDSCOPE_HAVE_CUDA).
 bool CudaBackendBuilt();
 
-// The number of CUDA devices this process sees. Fails with kInvalidInput
-// "no CUDA device: <cudaGetErrorString>" when cudaGetDeviceCount fails (no driver, no device)
-// or finds none; in a build without CUDA, "this build has no CUDA backend". Never crashes.
+// The options' own errors (kInvalidInput), checked before anything touches a device, in every
+// build: steps >= 1; at least one warm-up step (the first step on a GPU loads the kernels'
+// modules lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2), NCCL connects its
+// point-to-point peers and cuBLASLt loads its kernels: a measured first step would time all
+// that, so `--warmup 0` is refused); a timeout in (0, 1e6] s; graph replays >= 1 with
+// cuda_graph.
+Status CheckCudaRunOptions(const CudaRunOptions& options);
+
+// The number of CUDA devices this process sees. Opens the CUDA runtime, cuBLASLt and NCCL
+// first (never linked: the binary runs without them); fails with kInvalidInput naming the
+// library a machine lacks, "no CUDA device: <cudaGetErrorString>" when cudaGetDeviceCount
+// fails (no driver, no device) or finds none; in a build without CUDA, "this build has no
+// CUDA backend". Never crashes.
 StatusOr<int32_t> CudaDeviceCount();
 
 // Runs the job's ranks of this process (one under mpirun; all of them in a single process

@@ -86,6 +86,10 @@ struct OpPlan {
   int32_t peer_comm_rank = -1;      // send/recv peer or broadcast/reduce root, as a rank of
                                     // the communicator (NCCL takes communicator ranks)
   CollectiveBuffers buffers;
+  // all_to_all only: the elements exchanged with each member of the communicator (by
+  // communicator rank), sent to it and received from it alike (AllToAllPeerElements);
+  // buffers.send_elements and recv_elements are their sum.
+  std::vector<int64_t> peer_elements;
 };
 
 struct ExecutionPlan {
@@ -107,6 +111,20 @@ StatusOr<ExecutionPlan> BuildExecutionPlan(const traces::Schedule& schedule, int
 
 // Buffer sizes of one collective on a communicator of `group_size` ranks (see CollectiveBuffers).
 CollectiveBuffers BuffersFor(const traces::CollectiveOp& op, int32_t group_size);
+
+// An all_to_all whose members carry different sizes (torch.distributed.all_to_all_single with
+// split sizes, MoE routing imbalance: CollectiveOp::bytes is per rank, the simulator's
+// rendezvous accepts it) runs as one send and one receive per peer (ProcessGroupNCCL's
+// alltoall_base; MPI_Alltoallv), and the two sides of every pair must agree on the count or
+// NCCL hangs and MPI truncates. The schedule gives each rank one size S, the larger of what it
+// sends and receives (sim/lowering: RoutedBytes), not the matrix, so the runtime derives a
+// symmetric one: ranks a and b exchange max(S_a, S_b) / n elements each way (n members,
+// floored). Both sides compute the same number from the same two sizes; every rank moves at
+// least its own S rounded down to n parts, and the most loaded rank moves exactly its S both
+// ways, the bytes the simulator costs the instance with. Equal sizes give S / n per peer, the
+// even split. `sizes_elements[q]`: member q's S in elements (-1: unknown, e.g. its matching
+// collective is not an all_to_all: the schedule hangs there and this rank's own size is used).
+std::vector<int64_t> AllToAllPeerElements(int64_t own_elements, const std::vector<int64_t>& sizes_elements);
 
 }  // namespace shardscope::runtime
 

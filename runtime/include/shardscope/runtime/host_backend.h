@@ -47,6 +47,9 @@ class MpiSession {
   // Collective over MPI_COMM_WORLD: rank 0 receives every rank's string, in rank order;
   // other ranks get an empty vector.
   StatusOr<std::vector<std::string>> GatherToRankZero(const std::string& mine) const;
+  // Collective over MPI_COMM_WORLD: true on every rank when `mine` is true on every rank (an
+  // MPI_Allreduce MIN), so a decision one rank cannot carry out is no rank's alone.
+  StatusOr<bool> AllRanks(bool mine) const;
 
  private:
   MpiSession(int32_t rank, int32_t world_size) : rank_(rank), world_size_(world_size) {}

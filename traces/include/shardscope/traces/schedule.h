@@ -29,6 +29,42 @@ namespace shardscope::traces {
 
 inline constexpr int kScheduleVersion = 1;
 
+// ---- Limits on a schedule's numbers. ValidateSchedule enforces them on every schedule (a
+// lowered plan's as much as a hand-written JSON's; the JSON reader checks them first, naming
+// the JSON path); schedule_json.h's schema lists them. Each is far above any real training job,
+// and together they keep every sum and product the simulator and the runtime form inside
+// int64_t (the worst cases are worked out beside each limit).
+//
+// The longest run a schedule may have, in simulated time: 2^60 ns (36 years). The simulator
+// clamps any one modelled duration to it and stops with an error when an event passes it, so
+// a time plus a duration never overflows int64_t (2^60 + 2^60 < 2^63).
+inline constexpr int64_t kMaxSimulatedNs = int64_t{1} << 60;
+// Bytes of one allocate, memcpy, collective, or memory-bound kernel read / write: 1 PiB,
+// over 5,000 times the memory of the largest GPU (B200: 192 GB) and of any one NCCL call.
+// A byte count times an element size (<= 8), or the sum of a kernel's read and written bytes,
+// stays below 2^54.
+inline constexpr int64_t kMaxOpBytes = int64_t{1} << 50;
+// Nanoseconds of one host_work op or fixed-duration kernel: one hour (a training step's
+// longest host work, a checkpoint save, takes minutes).
+inline constexpr int64_t kMaxOpDurationNs = int64_t{3'600'000'000'000};
+// The sum of one program's host_work and fixed-kernel durations: 2^58 ns (9 years), so a
+// host clock that adds them all to any time below the simulator's horizon (2^60 ns) stays
+// below 2^61.
+inline constexpr int64_t kMaxProgramDurationNs = int64_t{1} << 58;
+// Ops in one program: 2^28 (268 million; a 1,024-GPU Llama-70B step has ~40,000 per rank).
+// Times the host's per-op costs (each <= 1 s, the plan's and the metadata's limit) the host
+// time of a whole program stays below 2^58 ns.
+inline constexpr int64_t kMaxOpsPerProgram = int64_t{1} << 28;
+// One shape field (GEMM m, n, k, batch; attention batch, heads, kv_heads, seq_q, seq_kv,
+// head_dim): 2^24, the plan's own limit on hidden sizes, FFN widths and sequence lengths.
+inline constexpr int64_t kMaxShapeDim = int64_t{1} << 24;
+// Elements of one operand of a kernel (GEMM A = batch x m x k, B = batch x k x n, C = batch x
+// m x n; attention Q and O = batch x heads x seq_q x head_dim, K and V = batch x kv_heads x
+// seq_kv x head_dim): 2^48 (a 512 TB bf16 tensor). The GEMM model's output tiles, the
+// runtime's operand bytes (elements x <= 8 bytes) and every two-factor product stay below
+// 2^51; products of more factors are formed in double.
+inline constexpr int64_t kMaxOperandElements = int64_t{1} << 48;
+
 enum class DType : uint8_t { kFloat32, kTFloat32, kBFloat16, kFloat16, kFloat8E4M3, kFloat8E5M2, kInt8, kInt32, kInt64, kFloat64 };
 // Bytes per element (tf32 is stored as fp32: 4).
 int64_t DTypeSize(DType dtype);
@@ -85,6 +121,13 @@ struct FixedDurationDesc {
 };
 
 using ComputeDesc = std::variant<GemmDesc, AttentionDesc, MemoryBoundDesc, FixedDurationDesc>;
+
+// Why a GEMM's or attention's operands are too large (kMaxOperandElements), e.g. "gemm operand
+// A (batch x m x k) has 1152921504606846976 elements, more than the limit of 281474976710656",
+// or "" when they are within it. Shape fields must already be in [1, kMaxShapeDim]; the
+// products are formed without overflow.
+std::string ComputeLimitViolation(const GemmDesc& gemm);
+std::string ComputeLimitViolation(const AttentionDesc& attention);
 
 // ---- Ops
 
@@ -289,7 +332,8 @@ struct Schedule {
 // unknown stream/event/tensor/communicator indices, waits on events never recorded before
 // in program order, negative sizes or durations, collectives on a communicator that does
 // not contain the rank, send/recv peers outside the communicator, frees of tensors not
-// allocated (or already freed), duplicate op ids, communicator ranks out of range.
+// allocated (or already freed), duplicate op ids, communicator ranks out of range, and the
+// limits above.
 Status ValidateSchedule(const Schedule& schedule);
 
 }  // namespace shardscope::traces

@@ -63,6 +63,23 @@
 // dtype names: fp32, tf32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int32, int64, fp64 (and
 // the aliases ParseDType accepts). Integers must be JSON integers (1.0 is rejected).
 //
+// Limits (schedule.h; an error names the JSON path, the limit and the value):
+//   bytes (collective, memcpy, allocate), bytes_read, bytes_written   0 .. 2^50 (1 PiB)
+//   duration_ns (host_work, fixed)                                    0 .. 3.6e12 (one hour)
+//   a program's host_work + fixed durations in all                    2^58 ns
+//   ops in one program                                                2^28
+//   gemm m, n, k, batch; attention batch, heads, kv_heads, seq_q,
+//     seq_kv, head_dim                                                1 .. 2^24
+//   elements of one operand (gemm batch*m*k, batch*k*n, batch*m*n;
+//     attention batch*heads*seq_q*head_dim, batch*kv_heads*seq_kv*head_dim)  2^48
+// and a simulated run stops with an error at 2^60 ns (36 years) of simulated time.
+// Metadata figures (sim/lowering/src/schedule_metadata.cc) are bounded too: FLOP rates
+// 1e11 .. 1e18 (0 for a tensor-core rate the GPU lacks; bf16 and fp16 not both 0),
+// bandwidths 1e8 .. 1e14 B/s (0 only where it means something: no NVLink, one node, one GPU
+// per node, copy rate not measured), memory sizes 0 .. 2^50, host costs 0 .. 1e9 ns,
+// contention slowdowns 0 .. 100, straggler factors (0, 1000], nodes and GPUs per node
+// 1 .. 2^20.
+//
 // Errors name the source, the JSON path and the op id where there is one, e.g.
 //   plan.json: /programs/0/ops/12/stream (op id 12): expected a stream name declared in
 //   /programs/0/streams, got "comms"

@@ -26,7 +26,8 @@
 //   1/(1+compute_slowdown); a collective runs at 1/(1+comm_slowdown) while any member GPU
 //   runs compute. Rates change mid-kernel; remaining work is carried over.
 // - Links (EngineConfig::links): collectives of the communicators crossing one link share its
-//   bandwidth, max-min fair; with none configured every communicator has a link of its own.
+//   bandwidth, max-min fair, each demanding the traffic its algorithm puts there
+//   (sim/models/link_traffic.h); with none configured every communicator has a link of its own.
 //
 // How fast running work goes is decided by the resource models (sim/models/resource_model.h,
 // after SimGrid's Model / Action): GPU compute sharing, compute-communication contention and
@@ -75,6 +76,13 @@ struct MemoryConfig {
   bool warm_start = true;
   bool record_history = false;          // keep snapshots, histories and the live tensors at the
                                         // reserved peak (for the observer's ranks)
+  // cuBLAS workspaces the caching allocator serves (PyTorch >= 1.13, CublasHandlePool.cpp
+  // setWorkspaceForHandle: one per (handle, stream) at that handle's first GEMM on the stream):
+  // `gemm_workspaces` blocks of `gemm_workspace_bytes` on the stream of the program's first
+  // GEMM, allocated when the warm-up step reaches that GEMM (before the step when a rank starts
+  // cold) and never freed. None for a program without GEMMs.
+  int64_t gemm_workspace_bytes = 0;
+  int32_t gemm_workspaces = 0;
 };
 
 // A fault injected into one run (`shardscope check`): the allocation op `op_id` of `rank`
@@ -93,9 +101,12 @@ struct EngineConfig {
   double compute_slowdown = 0;      // see the header comment
   double comm_slowdown = 0;
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;  // gpu_sharing_model.h
-  // Links shared by the collectives of the communicators that cross them (link_model.h);
-  // empty: each communicator on its own unlimited link (no sharing). A bad link is kInvalidInput.
+  // Links shared by the collectives of the communicators that cross them (link_model.h;
+  // sim/simulate's cluster_links.h builds them from the cluster); empty: each communicator on
+  // its own unlimited link (no sharing). A bad link is kInvalidInput. `link_topologies`: each
+  // communicator's shape on the cluster, which NVLink and NIC links need (link_traffic.h).
   std::vector<LinkSpec> links;
+  std::vector<CommTopology> link_topologies;
   MemoryConfig memory;
   // The OOM policy (plan `oom.policy`). false = raise: an OOM stops the rank (an uncaught
   // torch.OutOfMemoryError), its peers wait at their next collective with it. true =
@@ -111,7 +122,8 @@ struct EngineConfig {
   bool oom_catch_and_sync = false;
   // Faults (both cost nothing when unset):
   std::optional<InjectedOom> inject_oom;
-  // rank -> factor >= 1: that rank's kernels and memcpys take factor x their cost (a
+  // rank -> factor in [1, kMaxRankSlowdownFactor] (cost_provider.h): that rank's kernels and
+  // memcpys take factor x their cost (a
   // straggler: thermal throttling, a slow host, a noisy neighbour). Collectives run at their
   // own speed; peers only wait for the straggler to arrive.
   std::map<int32_t, double> rank_slowdown;

@@ -47,11 +47,21 @@ struct CheckRun {
   std::string failure;
 };
 
+// How a caller follows the check's two long phases, the baseline run and then the sweep: each
+// begins with a title ("the baseline run (8 ranks)", "12 fault case(s)"), reports its fraction
+// done (the sweep with a detail per finished case: "3/12: oom rank 0 at layers.3: hang",
+// called under the sweep's lock), and ends before the text that follows it is printed. Any
+// member may be empty; without `update` the runs report nothing.
+struct CheckProgress {
+  std::function<void(const std::string& what)> begin;
+  std::function<void(double fraction, const std::string& detail)> update;
+  std::function<void()> end;
+};
+
 // Runs the check of `input` (named `label` in the text). `print` receives the text
-// `shardscope check` prints, piece by piece as it is known; `progress` (may be empty) is
-// called once per finished case.
+// `shardscope check` prints, piece by piece as it is known.
 StatusOr<CheckRun> RunCheck(const LoadedInput& input, const std::string& label, const CheckSettings& settings,
-                            const std::function<void(const std::string&)>& print, const FaultProgress& progress);
+                            const std::function<void(const std::string&)>& print, const CheckProgress& progress);
 
 }  // namespace shardscope::sim
 

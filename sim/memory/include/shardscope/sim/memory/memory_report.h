@@ -28,6 +28,7 @@
 
 #include "shardscope/sim/engine/engine.h"
 #include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/simulate/init_phase.h"
 #include "shardscope/sim/simulate/simulate.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
@@ -77,6 +78,15 @@ struct MemoryBreakdown {
   int64_t num_alloc_retries = 0;
   int64_t num_ooms = 0;
   std::optional<OomInfo> oom;
+  // The GPU outside the allocator (lowering/schedule_metadata.h DeviceMemorySetup): capacity =
+  // usable - context - NCCL - cuBLAS workspaces outside the allocator - others.
+  int64_t usable_bytes = 0;
+  int64_t cuda_context_bytes = 0;
+  int64_t nccl_bytes = 0;
+  int64_t cublas_workspace_bytes = 0;    // all of the rank's workspaces
+  bool cublas_in_allocator = true;       // then part of peak_reserved_bytes, not of the overhead
+  int64_t reserved_by_others_bytes = 0;
+  InitPhaseResult init;                  // the job before its first step
 
   int64_t bytes(MemoryCategory category) const {
     return bytes_by_category[static_cast<size_t>(category)];
@@ -122,6 +132,7 @@ struct FitCandidate {
   int32_t oom_ranks = 0;                // ranks that ran out of memory
   int64_t step_time_ns = 0;             // makespan; 0 when some rank stopped (OOM, hang)
   double tokens_per_second_per_gpu = 0; // tokens per rank per step / step time; 0 likewise
+  bool init_oom = false;                // ran out of memory before the step (simulate/init_phase.h)
   std::string note;                     // why it does not fit, or empty
 };
 

@@ -12,7 +12,9 @@
 namespace shardscope::sim {
 
 // One rank's breakdown as a table: bytes by category at the allocated peak, the allocator's
-// overhead, peak reserved, headroom, retries and the OOM, in GiB and % of capacity.
+// overhead, peak reserved, headroom, retries and the OOM, in GiB and % of capacity; then where
+// the capacity comes from (usable less the CUDA context, NCCL, cuBLAS, other processes) and
+// the init phase's peak.
 std::string MemoryBreakdownText(const MemoryBreakdown& breakdown);
 
 // `shardscope memory --json`: {"input", "world_size", "ranks": [breakdown...]}, indented by

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardscope/sim/models/resource_model.h"
+#include "shardscope/traces/schedule.h"
 
 namespace shardscope::sim {
 
@@ -30,9 +31,10 @@ class ActivitySet {
   ActivitySet(int32_t gpus, std::vector<std::unique_ptr<ResourceModel>> models, uint64_t* next_seq);
 
   // Starts `work_ns` of work at `now` on `gpus` (one GPU for a kernel or copy, every member
-  // for a collective), rates it and whatever it slows, and queues their completions.
+  // for a collective, which says what it moves in `collective`), rates it and whatever it
+  // slows, and queues their completions.
   ActivityId Start(ActivityKind kind, double work_ns, std::span<const int32_t> gpus,
-                   int32_t communicator, int64_t bytes, int64_t now);
+                   const CollectiveWork& collective, int64_t now);
   // Ends `id` at `now` and re-rates what it was slowing.
   void Finish(ActivityId id, int64_t now);
   // `id` carries on as new work of `work_ns` at its unchanged rate (a kernel handing its
@@ -43,8 +45,7 @@ class ActivitySet {
     a.work = work_ns;
     a.last_update = now;
     ++a.version;
-    const int64_t done = now + static_cast<int64_t>(std::ceil(a.remaining / a.rate - 1e-6));
-    Queue(a, id, std::max(done, now));
+    Queue(a, id, now, a.remaining / a.rate);
   }
 
   const Activity& operator[](ActivityId id) const { return activities_[static_cast<size_t>(id)]; }
@@ -52,6 +53,8 @@ class ActivitySet {
   const std::vector<ActivityId>& RunningOn(int32_t gpu, ActivityKind kind) const {
     return running_[static_cast<size_t>(gpu)][static_cast<size_t>(kind)];
   }
+  // Whether a completion was due at or past traces::kMaxSimulatedNs (and so never queued).
+  bool PassedHorizon() const { return passed_horizon_; }
   // Ids are reused after Finish; callers may keep per-id data in vectors of this size.
   size_t capacity() const { return activities_.size(); }
 
@@ -89,9 +92,7 @@ class ActivitySet {
     a.last_update = now;
     a.rate = rate;
     ++a.version;
-    const double left_ns = a.remaining / rate;
-    const int64_t done = now + static_cast<int64_t>(std::ceil(left_ns - 1e-6));
-    Queue(a, id, std::max(done, now));
+    Queue(a, id, now, a.remaining / rate);
   }
   // Every model that concerns the kind applies its share, in model order.
   double Rate(ActivityId id) const {
@@ -101,7 +102,19 @@ class ActivitySet {
     }
     return rate;
   }
-  void Queue(const Activity& a, ActivityId id, int64_t time) {
+  // Queues the completion `left_ns` after `now`. The wait is clamped to the simulator's horizon
+  // (traces::kMaxSimulatedNs) before the conversion, and a completion at or past the horizon is
+  // not queued but remembered (PassedHorizon): the run then drains and the engine reports it.
+  // now < 2^60 and the wait <= 2^60, so nothing overflows.
+  void Queue(const Activity& a, ActivityId id, int64_t now, double left_ns) {
+    constexpr auto kHorizon = static_cast<double>(traces::kMaxSimulatedNs);
+    // NaN (a zero rate) also goes to the horizon.
+    int64_t time = now + static_cast<int64_t>(std::ceil((left_ns < kHorizon ? left_ns : kHorizon) - 1e-6));
+    if (time < now) time = now;
+    if (time >= traces::kMaxSimulatedNs) [[unlikely]] {
+      passed_horizon_ = true;
+      return;
+    }
     owner_of_[static_cast<size_t>(a.kind)]->completions().push(Completion{time, (*next_seq_)++, id, a.version});
   }
   void Rerate(int64_t now);
@@ -113,6 +126,7 @@ class ActivitySet {
   std::array<ResourceModel*, kNumActivityKinds> owner_of_{};
   std::array<std::vector<ResourceModel*>, kNumActivityKinds> concerned_;
   uint64_t* next_seq_;
+  bool passed_horizon_ = false;
   std::vector<Activity> activities_;
   std::vector<ActivityId> free_;
   // [gpu][kind]: running compute and comm activities (copies are not indexed). A GPU's lists

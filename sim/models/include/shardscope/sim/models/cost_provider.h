@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shardscope/base/status.h"
 #include "shardscope/sim/models/compute_model.h"
 #include "shardscope/sim/models/nccl_model.h"
 #include "shardscope/sim/presets/hardware.h"
@@ -37,6 +38,11 @@ struct HostConfig {
   int64_t cuda_free_ns = 0;         // host time of one cudaFree (releasing a cached segment)
 };
 
+// The largest straggler factor (EngineConfig::rank_slowdown, `--straggler`, the plan's
+// divergence.slowdown, schedule metadata): a rank 1,000 times slower is already a stopped one
+// (the plan's kMaxRankSlowdown, sim/plan/src/plan_schema.h).
+inline constexpr double kMaxRankSlowdownFactor = 1000;
+
 // How concurrent compute and communication kernels slow each other down on one GPU.
 struct ContentionConfig {
   double compute_slowdown = 0;      // compute runs at 1/(1+x) while a collective runs
@@ -57,6 +63,13 @@ class ClusterCostProvider : public CostProvider {
   NcclModel nccl_;
   std::vector<CommTopology> topologies_;
 };
+
+// NCCL 2.23+ refuses a collective whose function the knobs (NCCL_ALGO, NCCL_PROTO,
+// NCCL_NVLS_ENABLE, NCCL_PAT_ENABLE) leave without any algorithm it can run on the
+// communicator ("no algorithm/protocol available", src/enqueue.cc): InvalidInput naming where
+// the plan set NCCL_ALGO, the function and the communicator, for each collective type the
+// schedule issues on each communicator. Ok for older releases, which fall back to Ring.
+Status CheckNcclChoices(const traces::Schedule& schedule, const ClusterSpec& cluster);
 
 }  // namespace shardscope::sim
 

@@ -22,6 +22,9 @@
 #include <string_view>
 #include <vector>
 
+#include "shardscope/sim/models/nccl_model.h"
+#include "shardscope/traces/schedule.h"
+
 namespace shardscope::sim {
 
 using ActivityId = int32_t;
@@ -45,9 +48,20 @@ struct Activity {
   int32_t gpu = -1;            // the first of gpus (a kernel's or copy's only one), kept here
                                // because the models read it at every start and end
   int32_t communicator = -1;   // collectives: index into Schedule::communicators
+  // Collectives: what it is and how NCCL runs it (the links' traffic, link_traffic.h).
+  traces::CollectiveType collective_type = traces::CollectiveType::kAllReduce;
+  NcclAlgorithm algorithm = NcclAlgorithm::kRing;
   double work = 0;             // ns at full speed, as started (the links' demand)
   int64_t bytes = 0;           // collectives: the instance's bytes (the links' demand)
   std::vector<int32_t> gpus;   // the ranks it occupies, in member order
+};
+
+// What a collective activity moves (ActivitySet::Start); kernels and copies pass it empty.
+struct CollectiveWork {
+  int32_t communicator = -1;   // index into Schedule::communicators
+  traces::CollectiveType type = traces::CollectiveType::kAllReduce;
+  NcclAlgorithm algorithm = NcclAlgorithm::kRing;  // CollectiveCost::algorithm
+  int64_t bytes = 0;           // nccl-tests' size of the instance
 };
 
 // When an activity ends at its current rate. Ordered by (time, seq): the sequence number

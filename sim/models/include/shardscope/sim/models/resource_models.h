@@ -21,6 +21,7 @@ struct ResourceModelsConfig {
   ComputeSharing compute_sharing = ComputeSharing::kFairShare;
   ContentionConfig contention;
   std::vector<LinkSpec> links;   // none: every communicator on its own unlimited virtual link
+  std::vector<CommTopology> link_topologies;  // per communicator, for kNvlink / kNic links
 };
 
 // `communicators`: Schedule::communicators.size(). kInvalidInput for a bad link.

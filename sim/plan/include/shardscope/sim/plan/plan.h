@@ -55,6 +55,12 @@ enum class Precision : uint8_t {
               // "all activations, gradients and optimizer states are in bfloat16")
 };
 
+// Where the model's parameters are created before the framework wraps it (training.init.device):
+// on the CPU (a plain `Model(config)`), on the GPU (`with torch.device("cuda")` or `.cuda()`
+// before wrapping) or on the meta device (no storage; the framework materializes what it keeps:
+// torchtitan's fully_shard + model.to_empty, FSDP1's param_init_fn).
+enum class InitDevice : uint8_t { kCpu, kCuda, kMeta };
+
 struct TrainingConfig {
   int64_t seq_len = 2048;
   int64_t micro_batch_size = 1;
@@ -73,6 +79,11 @@ struct TrainingConfig {
   AttentionChoice attention = AttentionChoice::kSdpa;
   std::optional<RmsNormKernel> rms_norm;  // unset: what nn.RMSNorm / LlamaRMSNorm run
   KernelChoices kernels;            // resolved by the loader from the fields above
+  // training.cuda_version: the CUDA under PyTorch; resolved by the loader to the CUDA of the
+  // release's default wheel when not given (presets/cuda_runtime.h DefaultCudaForPytorch).
+  int32_t cuda_major = 0, cuda_minor = 0;
+  // training.init.device; unset: the strategy's usual setup (InitDeviceOf).
+  std::optional<InitDevice> init_device;
 };
 
 // The 2-D data-parallel device mesh (replicate, shard). Ranks r*shard .. r*shard+shard-1 form
@@ -147,6 +158,11 @@ struct Fsdp1Config {
   // shards smaller than bucket_cap_mb / 4 B / world elements are batched into one bucket
   // per group; 0 disables bucketing.
   double bucket_cap_mb = 25;
+  // FullyShardedDataParallel(sync_module_states=..., device_id=...) (torch FSDP1 defaults: False,
+  // None): broadcast rank 0's unit states at construction, and move each unit to the GPU before
+  // flattening and sharding it (without device_id a CPU module is sharded on the CPU).
+  bool sync_module_states = false;
+  bool device_id = false;
 };
 
 // DeepSpeed ZeRO (runtime/zero/config.py names; sizes in elements).
@@ -170,6 +186,9 @@ struct ZeroConfig {
                                                    // per parameter after a torch.cuda.synchronize(),
                                                    // a reduce_scatter per parameter, two host
                                                    // syncs per parameter in the step
+  // The model is built under deepspeed.zero.Init (stage 3): parameters are partitioned as each
+  // module is constructed, so the full model never exists on one GPU.
+  bool zero_init = false;
 };
 
 // torch.nn.parallel.DistributedDataParallel knobs.
@@ -290,6 +309,12 @@ StatusOr<Plan> WithRankVariant(const Plan& plan, std::vector<int32_t> ranks, Pla
 // The workload one micro-batch of `plan` runs (model.h DecomposeModel): sizes, dtype, the
 // rank's expert load and the resolved kernel choices.
 Workload WorkloadOf(const Plan& plan);
+
+// training.init.device, or the strategy's usual setup when unset: fsdp2 on the meta device
+// (torchtitan builds the model under torch.device("meta"), train.py), every other strategy on
+// the CPU (the frameworks' examples build `Model(config)` and hand it over).
+InitDevice InitDeviceOf(const Plan& plan);
+std::string_view InitDeviceName(InitDevice device);  // "cpu", "cuda", "meta"
 
 // The plan-file spellings of the precision and of the resolved kernel choices ("pure_bf16",
 // "torchtitan", "composite"), for the schedule's metadata.

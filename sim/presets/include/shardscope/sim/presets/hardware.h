@@ -13,6 +13,7 @@
 
 #include "shardscope/traces/schedule.h"
 #include "shardscope/base/status.h"
+#include "shardscope/sim/presets/nccl_env.h"
 
 namespace shardscope::sim {
 
@@ -48,11 +49,14 @@ struct GpuSpec {
   double peak_flops_tf32 = 0;
   double peak_flops_fp32 = 0;              // non-tensor-core fp32
   double peak_flops_fp8 = 0;
-  int64_t hbm_bytes = 0;
+  int64_t hbm_bytes = 0;                   // datasheet capacity ("80GB" read as GiB)
+  // The device memory CUDA reports (cudaMemGetInfo's total, torch.cuda.get_device_properties()
+  // .total_memory): the datasheet capacity less what the driver keeps (ECC, page tables, the
+  // reserved region nvidia-smi -q shows). What a process's CUDA context and allocator share.
+  int64_t usable_bytes = 0;
   double hbm_bandwidth = 0;                // bytes/s
   double nvlink_bandwidth = 0;             // bytes/s per direction per GPU
   double pcie_bandwidth = 0;               // bytes/s per direction (H2D / D2H copies)
-  int64_t cuda_context_bytes = 0;          // device memory taken by the CUDA context + NCCL
   GpuMeasuredFigures measured;
 };
 
@@ -69,6 +73,15 @@ std::string_view IntraNodeFabricName(IntraNodeFabric fabric);  // "nvswitch", ..
 // rows, getNetOverhead).
 enum class CpuVendor : uint8_t { kIntel, kAmd };
 
+// A rail-optimized leaf/spine fabric (plan key cluster.network): NIC k of every node goes to
+// rail k's leaf switch of its group of `nodes_per_leaf` nodes, and leaves meet at spines.
+// Traffic between nodes of one group crosses one switch, between groups three (leaf, spine,
+// leaf). nodes_per_leaf 0: no tiers (NCCL's own network latency only). See nccl_model.h.
+struct NetworkTiers {
+  int32_t nodes_per_leaf = 0;
+  int64_t switch_latency_ns = 0;  // one switch's port-to-port latency
+};
+
 struct ClusterSpec {
   std::string name;                        // preset name, e.g. "dgx-h100"
   GpuSpec gpu;
@@ -82,6 +95,12 @@ struct ClusterSpec {
   // The NICs are reachable from the GPUs through a PCIe switch (GPUDirect RDMA). NCCL
   // enables LL128 across nodes only then (tuning.cc: typeInter <= PATH_PXB).
   bool gpu_direct_rdma = true;
+  NcclEnv nccl;                            // the job's NCCL release and knobs (cluster.nccl)
+  NetworkTiers network;                    // cluster.network
+  // Collectives of different communicators that run at once share the GPUs' NVLink ports and
+  // NICs (sim/simulate/cluster_links.h); false gives every communicator links of its own, as if
+  // it ran alone (plan `cluster.link_sharing`).
+  bool link_sharing = true;
 
   int32_t world_size() const { return gpus_per_node * nodes; }
   int32_t NodeOf(int32_t rank) const { return rank / gpus_per_node; }

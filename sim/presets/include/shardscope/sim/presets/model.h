@@ -186,6 +186,14 @@ Status ValidateWorkload(const ModelSpec& model, const Workload& workload);
 // With tied embeddings the shared matrix is listed once, under embed.
 std::vector<ModuleKernels> DecomposeModel(const ModelSpec& model, const Workload& workload);
 
+// The parameter tensors of each module, in DecomposeModel's order and names (embed, layers.0 ..
+// layers.{L-1}, head), without the kernels: what a framework materializes before the first step.
+struct ModuleParams {
+  std::string name;
+  std::vector<ParamTensor> params;
+};
+std::vector<ModuleParams> ModelParameters(const ModelSpec& model);
+
 // Parameter counts. Total = embedding (+ positions) + layers x block + final norm + head
 // (0 when tied).
 int64_t ParameterCount(const ModelSpec& model);

@@ -17,7 +17,9 @@
 #include "shardscope/sim/models/nccl_model.h"
 #include "shardscope/sim/lowering/schedule_metadata.h"
 #include "shardscope/sim/plan/plan.h"
+#include "shardscope/sim/simulate/init_phase.h"
 #include "shardscope/sim/simulate/simulate.h"
+#include "shardscope/traces/report_header.h"
 #include "shardscope/traces/schedule.h"
 #include "shardscope/traces/timeline.h"
 
@@ -65,6 +67,11 @@ std::string MemorySnapshotJson(const RankMemory& memory, int32_t rank);
 // PyTorch's memory_viz (pytorch.org/memory_viz) and in `alloc-replay --snapshot`. Segments
 // are on device 0 (one rank per file); blocks and actions carry empty `frames`.
 std::string MemorySnapshotPickle(const RankMemory& memory);
+
+// The summary's memory lines, per class of ranks: usable capacity less the CUDA context, NCCL's
+// buffers and cuBLAS workspaces outside the allocator; the init phase's peak and verdict; the
+// step's peak and headroom (simulate/init_phase.h MemoryPhasesOf).
+std::string MemoryPhasesText(const traces::ReportMemoryPhases& phases);
 
 // The summary `shardscope simulate` prints.
 std::string SummaryText(const traces::Schedule& schedule, const SimulationSetup& setup,

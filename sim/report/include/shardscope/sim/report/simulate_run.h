@@ -34,7 +34,7 @@ struct SimulateRunOptions {
   std::map<int32_t, double> stragglers;
   std::optional<InjectedOom> inject_oom;  // InjectedOomAt (simulate.h) checks one
   std::function<void(double)> progress;   // the first run's fraction done (EngineConfig::progress)
-  std::function<void()> progress_done;    // after the first run, when `progress` is set
+  std::function<void()> progress_done;    // after the first run (a progress line is cleared)
   std::function<void(const std::string&)> note;  // a line about what is being done next
   // The cost provider (MakeCostProvider of the input), when the caller made it first to fail
   // before writing anything; null: RunSimulation makes it.

@@ -19,14 +19,20 @@ namespace shardscope::sim {
 
 // The cost provider a simulation of `schedule` uses: the calibrated one when the setup has a
 // profile (InvalidInput when it was measured on another GPU), else ClusterCostProvider.
+// InvalidInput when the NCCL knobs leave a collective nothing NCCL would run
+// (CheckNcclChoices).
 StatusOr<std::unique_ptr<CostProvider>> MakeCostProvider(const traces::Schedule& schedule,
                                                          const SimulationSetup& setup);
 
-// Device memory each rank's allocator may use: GPU memory - CUDA context and NCCL buffers -
-// memory reserved by other processes on that GPU.
+// Device memory each rank's allocator may use: what CUDA reports (GpuSpec::usable_bytes) - the
+// CUDA context - the NCCL buffers of the rank's communicators - cuBLAS workspaces cuBLAS
+// allocates itself (PyTorch <= 1.12; later ones come from the allocator, EngineConfigFor) -
+// memory reserved by other processes on that GPU (lowering/schedule_metadata.h DeviceMemorySetup).
 int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
 
-EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size);
+// The engine configuration of a simulation of `schedule` with `setup`: memory, host costs,
+// contention, stragglers and the links its communicators share (cluster_links.h).
+EngineConfig EngineConfigFor(const SimulationSetup& setup, const traces::Schedule& schedule);
 
 // The fault `simulate --inject-oom RANK:OP_ID` and `run --inject-oom` inject: op `op_id` of
 // rank `rank`'s program, which must be an allocate. Otherwise InvalidInput whose message says
@@ -35,7 +41,8 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, int32_t world_size);
 StatusOr<InjectedOom> InjectedOomAt(const traces::Schedule& schedule, int64_t rank, int64_t op_id);
 
 // A straggler (`--straggler RANK:FACTOR`, EngineConfig::rank_slowdown) a world of `world`
-// ranks can take: 0 <= rank < world and a finite factor >= 1. (Moved from
+// ranks can take: 0 <= rank < world and 1 <= factor <= kMaxRankSlowdownFactor
+// (models/cost_provider.h; the engine refuses more). (Moved from
 // cli/check_command.cc ParseStragglers.)
 bool ValidStraggler(int64_t rank, double factor, int32_t world);
 
