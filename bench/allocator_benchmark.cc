@@ -18,16 +18,6 @@
 namespace shardscope::sim {
 namespace {
 
-class NoEvents : public StreamEvents {
- public:
-  EventToken Record(AllocStream) override { return next_++; }
-  bool Query(EventToken) override { return true; }
-  void Synchronize(EventToken) override {}
-
- private:
-  EventToken next_ = 0;
-};
-
 // Request sizes: small-pool tensors (biases, norms), mid-size ones sharing 20 MiB segments,
 // and large ones with segments of their own.
 constexpr std::array<int64_t, 16> kSizes = {
@@ -39,7 +29,7 @@ constexpr int kLive = 256;  // live blocks in the working set
 
 void BM_AllocatorSteadyState(benchmark::State& state) {
   auto memory = MakeCapacityDeviceMemory(int64_t{80} << 30);
-  NoEvents events;
+  CompletedStreamEvents events;
   CachingAllocator allocator(AllocatorConfig{}, *memory, events);
   struct Live {
     uint64_t address;
@@ -76,7 +66,7 @@ void BM_AllocatorGrowingFragmentation(benchmark::State& state) {
   int64_t peak = 0;
   for (auto _ : state) {
     auto memory = MakeCapacityDeviceMemory(int64_t{80} << 30);
-    NoEvents events;
+    CompletedStreamEvents events;
     AllocatorConfig config;
     config.expandable_segments = expandable;
     CachingAllocator allocator(config, *memory, events);

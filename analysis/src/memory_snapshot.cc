@@ -54,13 +54,6 @@ using snapshot_internal::kUnlimitedCapacity;
 using snapshot_internal::StreamIndex;
 using snapshot_internal::Where;
 
-class NoEvents final : public StreamEvents {
- public:
-  EventToken Record(AllocStream /*stream*/) override { return 0; }
-  bool Query(EventToken /*event*/) override { return true; }
-  void Synchronize(EventToken /*event*/) override {}
-};
-
 }  // namespace
 
 StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapshot,
@@ -99,7 +92,7 @@ StatusOr<SnapshotAllocTrace> SnapshotToAllocTrace(const RecordedSnapshot& snapsh
 
   // round_size as the recorded allocator applied it.
   std::unique_ptr<DeviceMemory> scratch_memory = MakeCapacityDeviceMemory(0);
-  NoEvents scratch_events;
+  CompletedStreamEvents scratch_events;
   CachingAllocator rounding(config, *scratch_memory, scratch_events);
 
   struct Segment {

@@ -114,16 +114,7 @@ class Context {
   std::string where_;
 };
 
-// Every event is complete when queried: a replay runs no kernels (see ReplayAllocTrace).
-class CompletedStreamEvents final : public StreamEvents {
- public:
-  EventToken Record(AllocStream /*stream*/) override { return next_++; }
-  bool Query(EventToken /*event*/) override { return true; }
-  void Synchronize(EventToken /*event*/) override {}
-
- private:
-  EventToken next_ = 0;
-};
+// A replay runs no kernels: its events complete at once (CompletedStreamEvents).
 
 // The initial state in the form CachingAllocator::Restore takes.
 std::vector<SnapshotSegment> InitialSnapshotSegments(const AllocTrace& trace) {

@@ -55,17 +55,6 @@ class SharedDevice : public DeviceMemory {
   std::unique_ptr<DeviceMemory> inner_;
 };
 
-// Init runs on the default stream with no cross-stream frees: events complete at once.
-class NoEvents : public StreamEvents {
- public:
-  EventToken Record(AllocStream /*stream*/) override { return next_++; }
-  bool Query(EventToken /*event*/) override { return true; }
-  void Synchronize(EventToken /*event*/) override {}
-
- private:
-  EventToken next_ = 0;
-};
-
 int64_t TensorBytes(int64_t numel, const InitOp& op) {
   const int64_t elements = (numel + op.divide - 1) / op.divide * op.multiply;
   const int64_t bytes = elements * op.element_bytes;
@@ -88,7 +77,8 @@ InitPhaseResult SimulateInitPhase(const traces::Schedule& schedule, const Simula
       0, setup.cluster.gpu.usable_bytes - setup.device_memory.cuda_context_bytes - reserved_by_others);
 
   SharedDevice device(result.capacity_bytes);
-  NoEvents events;
+  // Init runs on the default stream with no cross-stream frees: events complete at once.
+  CompletedStreamEvents events;
   CachingAllocator allocator(setup.memory.allocator, device, events);
   // Live tensors by (group, unit); unit -1 for a tensor over every unit.
   std::map<std::pair<std::string, int32_t>, std::vector<uint64_t>> live;
