@@ -70,12 +70,6 @@ struct SimulateOptions {
   bool force = false;                   // past the work and trace-size limits (lowering/work_limits.h)
 };
 
-// What `simulate -o DIR` writes: replaced as one set (base/output_dir.h).
-const OutputSpec kSimulateOutputs{
-    {"trace.json", "report.json", "flight_recorder_rank*.json", "memory_snapshot_rank*.json",
-     "memory_snapshot_rank*.pickle"},
-    "report.json"};
-
 Status RunSimulate(const SimulateOptions& options) {
   cli::Progress::Note(options.quiet, fmt::format("loading {}", options.input));
   // The traced ranks decide what the run holds and writes: LoadInput checks it before lowering.
@@ -103,7 +97,7 @@ Status RunSimulate(const SimulateOptions& options) {
   }
 
   // Everything goes into a staging folder; the set replaces DIR's only when all is written.
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, kSimulateOutputs));
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, sim::SimulateOutputs()));
   traces::TraceInfo info;
   info.world_size = schedule.world_size();
   info.producer = fmt::format("shardscope {} simulate", sim::Version());

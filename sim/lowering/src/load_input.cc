@@ -27,7 +27,7 @@ StatusOr<bool> LooksLikeScheduleJson(const std::string& path) {
 }
 
 // What the simulation will hold and write, when the caller says which ranks it traces.
-Status CheckSimulateOf(const LoadOptions& options, const WorkEstimate& work, int32_t world, int32_t gpus_per_node) {
+Status CheckTraced(const LoadOptions& options, const WorkEstimate& work, int32_t world, int32_t gpus_per_node) {
   if (!options.traced_ranks) return Status::Ok();
   SHARDSCOPE_ASSIGN_OR_RETURN(const int64_t traced, options.traced_ranks(world, gpus_per_node));
   return CheckSimulate(EstimateSimulate(work, traced), traced, work.driver, options.limits);
@@ -41,7 +41,7 @@ StatusOr<LoadedInput> LoadInput(const std::string& path, const LoadOptions& opti
     LoadedInput loaded;
     SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, traces::ReadScheduleFile(path));
     SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, SetupFromSchedule(loaded.schedule, path));
-    SHARDSCOPE_RETURN_IF_ERROR(CheckSimulateOf(options, ScheduleWork(loaded.schedule, kScheduleDriver),
+    SHARDSCOPE_RETURN_IF_ERROR(CheckTraced(options, ScheduleWork(loaded.schedule, kScheduleDriver),
                                                loaded.schedule.world_size(), loaded.setup.cluster.gpus_per_node));
     return loaded;
   }
@@ -55,7 +55,7 @@ StatusOr<LoadedInput> LoadPlan(Plan plan, const std::string& label, const LoadOp
   if (estimate.ops > 0) {
     SHARDSCOPE_RETURN_IF_ERROR(CheckWork(estimate, label, options.limits));
     SHARDSCOPE_RETURN_IF_ERROR(
-        CheckSimulateOf(options, estimate, plan.cluster.world_size(), plan.cluster.gpus_per_node));
+        CheckTraced(options, estimate, plan.cluster.world_size(), plan.cluster.gpus_per_node));
   }
   LoadedInput loaded;
   SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, LowerPlan(plan));
@@ -63,11 +63,16 @@ StatusOr<LoadedInput> LoadPlan(Plan plan, const std::string& label, const LoadOp
     const WorkEstimate lowered = ScheduleWork(loaded.schedule, estimate.driver);
     SHARDSCOPE_RETURN_IF_ERROR(CheckWork(lowered, label, options.limits));
     SHARDSCOPE_RETURN_IF_ERROR(
-        CheckSimulateOf(options, lowered, plan.cluster.world_size(), plan.cluster.gpus_per_node));
+        CheckTraced(options, lowered, plan.cluster.world_size(), plan.cluster.gpus_per_node));
   }
   loaded.plan = std::move(plan);
   SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, SetupFromSchedule(loaded.schedule, label));
   return loaded;
+}
+
+Status CheckSimulateOf(const LoadedInput& input, int64_t traced_ranks, const WorkLimits& limits) {
+  const WorkEstimate work = LoadedWork(input);
+  return CheckSimulate(EstimateSimulate(work, traced_ranks), traced_ranks, work.driver, limits);
 }
 
 WorkEstimate LoadedWork(const LoadedInput& input) {

@@ -15,6 +15,12 @@
 
 namespace shardscope::sim {
 
+OutputSpec SimulateOutputs() {
+  return OutputSpec{{"trace.json", "report.json", "flight_recorder_rank*.json", "memory_snapshot_rank*.json",
+                     "memory_snapshot_rank*.pickle"},
+                    "report.json"};
+}
+
 StatusOr<SimulateRun> RunSimulation(const LoadedInput& loaded, const SimulateRunOptions& options,
                                     traces::TimelineSink& trace, const SimulateFileWriter& write_file) {
   const traces::Schedule& schedule = loaded.schedule;

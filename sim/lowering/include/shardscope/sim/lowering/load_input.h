@@ -45,6 +45,11 @@ StatusOr<LoadedInput> LoadInput(const std::string& path, const LoadOptions& opti
 // (plan.source, e.g. "<dict>").
 StatusOr<LoadedInput> LoadPlan(Plan plan, const std::string& label, const LoadOptions& options = {});
 
+// What a simulation of a loaded input tracing `traced_ranks` ranks will hold and write,
+// checked against the limits (CheckSimulate), for a caller that loaded the input before it
+// knew which ranks it traces (the Python module: load_plan, then simulate).
+Status CheckSimulateOf(const LoadedInput& input, int64_t traced_ranks, const WorkLimits& limits);
+
 // The size of a loaded input's schedule (work_limits.h), its driver named as LoadInput names it
 // ("training.grad_accum_steps 4" for a plan, "the schedule's ops" for a schedule JSON).
 WorkEstimate LoadedWork(const LoadedInput& input);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "shardscope/base/output_dir.h"
 #include "shardscope/base/status.h"
 #include "shardscope/sim/engine/engine.h"
 #include "shardscope/sim/lowering/load_input.h"
@@ -44,6 +45,10 @@ struct SimulateRunOptions {
 // The files besides trace.json and report.json (flight_recorder_rank<N>.json,
 // memory_snapshot_rank<N>.json / .pickle), handed over by name as each is made.
 using SimulateFileWriter = std::function<Status(const std::string& name, const std::string& content)>;
+
+// What `simulate -o DIR` writes, replaced as one set (base/output_dir.h): trace.json,
+// report.json (renamed in last), the Flight Recorder dumps and the memory snapshots.
+OutputSpec SimulateOutputs();
 
 struct SimulateRun {
   SimulationResult result;
