@@ -116,19 +116,29 @@ def plan_yaml(plan: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_plan(source, name: str = "<dict>") -> Plan:
+def load_plan(source, name: str = "<dict>", *, force: bool = False) -> Plan:
     """A plan from a YAML file, a schedule JSON file, or a dict (given to the same parser as
     YAML text, named `name` in messages). Raises PlanError (an InputError) with the CLI's
     message for a bad plan. A Plan passes through unchanged.
 
+    A plan whose schedule would hold more than the CLI's limit (8 GiB) is refused before it
+    is lowered, naming the knob that drives its size, unless force=True (the CLI's --force);
+    past 1 GiB it warns (a UserWarning). docs/PLAN.md, "How big a run may be".
+
     Relative paths inside a dict plan (hf_config, deepspeed_config, cluster.calibration) are
     taken from the working directory; inside a file, from the file's folder."""
+    return _load(source, name, force, None)
+
+
+def _load(source, name, force, simulate_ranks):
+    # simulate_ranks: None, or what simulate will trace (a count, _DEFAULT_TRACE_RANKS or
+    # _ALL_RANKS), so that its size is checked before the plan is lowered.
     if isinstance(source, Plan):
         return source
     if isinstance(source, Mapping):
-        return _core._load_yaml(plan_yaml(source), name)
+        return _core._load_yaml(plan_yaml(source), name, bool(force), simulate_ranks)
     if isinstance(source, (str, os.PathLike)):
-        return _core._load_path(os.fspath(source))
+        return _core._load_path(os.fspath(source), bool(force), simulate_ranks)
     raise TypeError(f"load_plan: expected a path, a dict or a Plan, got a {type(source).__name__}")
 
 
@@ -200,52 +210,59 @@ class Simulation:
         return f"<shardscope.Simulation {self.plan.label}: step {self.report['step_time_ns'] / 1e6:.3f} ms>"
 
 
-def simulate(plan, *, output=None, trace_ranks=None, stragglers=None, inject_oom=None) -> Simulation:
+def simulate(plan, *, output=None, trace_ranks=None, stragglers=None, inject_oom=None, force=False) -> Simulation:
     """Simulates a plan (path, dict or Plan) as `shardscope simulate` does.
 
     output       a folder to write trace.json, report.json, snapshots and dumps into (as the
-                 CLI's -o); None writes nothing
+                 CLI's -o: the files replace the folder's previous set as one); None writes
+                 nothing
     trace_ranks  None (the default ranks), "all", or a list of ranks
-    stragglers   {rank: factor}: that rank's kernels and copies factor (>= 1) x slower
+    stragglers   {rank: factor}: that rank's kernels and copies factor (1 to 1000) x slower
     inject_oom   (rank, op_id): that allocate op fails as an out-of-memory (Plan.ops lists ops)
+    force        go on past the size limits (--force): a schedule over 8 GiB, a simulation
+                 whose traced ranks would hold over 8 GiB or write a trace.json over 2 GiB
     """
-    plan = load_plan(plan)
+    size_checked = not isinstance(plan, Plan)
+    if trace_ranks is not None and trace_ranks != "all":
+        trace_ranks = [int(r) for r in trace_ranks]
+    traced = (_core._ALL_RANKS if trace_ranks == "all" else _core._DEFAULT_TRACE_RANKS if trace_ranks is None
+              else len(trace_ranks))
+    plan = _load(plan, "<dict>", force, traced)
     if trace_ranks == "all":
         trace_ranks = list(range(plan.world_size))
-    elif trace_ranks is not None:
-        trace_ranks = [int(r) for r in trace_ranks]
     result = _core._simulate(plan, trace_ranks, dict(stragglers or {}),
                              tuple(inject_oom) if inject_oom is not None else None,
-                             os.fspath(output) if output is not None else None)
+                             os.fspath(output) if output is not None else None, bool(force), size_checked)
     return Simulation(plan, result)
 
 
-def compare(a, b) -> dict:
+def compare(a, b, *, force=False) -> dict:
     """Two plans simulated without traces: {"text": `simulate --compare`'s table,
     "reports": (report of a, report of b)}."""
-    return _core._compare(load_plan(a), load_plan(b))
+    return _core._compare(load_plan(a, force=force), load_plan(b, force=force))
 
 
-def memory(plan, ranks=None) -> dict:
+def memory(plan, ranks=None, *, force=False) -> dict:
     """`shardscope memory --json` as a dict (bytes by category at each rank's peak, headroom,
-    retries, OOM), plus "text", the tables the CLI prints. ranks: None for the default ranks."""
-    return _core._memory(load_plan(plan), None if ranks is None else [int(r) for r in ranks])
+    retries, OOM, the GPU outside the allocator, the init phase), plus "text", the tables the
+    CLI prints. ranks: None for the default ranks."""
+    return _core._memory(load_plan(plan, force=force), None if ranks is None else [int(r) for r in ranks])
 
 
-def fit(plan, search: str = "micro_batch_size", max_micro_batch=None) -> dict:
+def fit(plan, search: str = "micro_batch_size", max_micro_batch=None, *, force=False) -> dict:
     """`shardscope fit`: {"dimension", "capacity_bytes", "candidates": [...], "best" (index or
     None), "reason", "text"}. search: micro_batch_size or activation_checkpointing."""
-    return _core._fit(load_plan(plan), search, max_micro_batch)
+    return _core._fit(load_plan(plan, force=force), search, max_micro_batch)
 
 
 def check(plan, *, oom_ranks=(), stragglers=None, watchdog_minutes=None, seq_len_factor=None, moe_load=None,
-          held_gib=None, threads=None) -> dict:
+          held_gib=None, threads=None, force=False) -> dict:
     """`shardscope check`: {"verdict" (safe, hangs, baseline-hangs, baseline-oom),
     "baseline_step_ns", "cases": [{label, kind, rank, op_id, outcome, safe, where,
     blocked_ranks, step_ns, watchdog_fires_at_ns, cost_ns}], "text", "failure"}. Unset
     options take the CLI's defaults."""
-    return _core._check(load_plan(plan), [int(r) for r in oom_ranks], dict(stragglers or {}), watchdog_minutes,
-                        seq_len_factor, moe_load, held_gib, threads)
+    return _core._check(load_plan(plan, force=force), [int(r) for r in oom_ranks], dict(stragglers or {}),
+                        watchdog_minutes, seq_len_factor, moe_load, held_gib, threads)
 
 
 # ---- traces ------------------------------------------------------------------------------
@@ -364,17 +381,18 @@ class HostRun:
 
 
 def run_host(plan, output, *, np=None, steps=None, warmup=None, timeout=None, time_scale=None, inject_oom=None,
-             profile=True, quiet=True, wall_timeout=600) -> HostRun:
+             profile=True, quiet=True, force=False, wall_timeout=600) -> HostRun:
     """Runs the plan on the host backend (`mpirun -np N shardscope run PLAN -o OUTPUT
     --backend host`), one process per rank: streams as threads, MPI collectives on real
     buffers, the simulator's allocator policy; kernels busy-wait their predicted time x
     time_scale. A dict plan is written to OUTPUT/plan.yaml first. Options left None take the
     CLI's defaults. inject_oom=(rank, op_id) makes that allocate fail in the first measured
     step: the job hangs, the watchdog (after `timeout` s) writes Flight Recorder dumps and
-    aborts it (a non-zero returncode is then the expected outcome, not an error)."""
+    aborts it (a non-zero returncode is then the expected outcome, not an error). force: past
+    the size limit (the CLI's --force)."""
     output = os.fspath(output)
     os.makedirs(output, exist_ok=True)
-    loaded = load_plan(plan)
+    loaded = load_plan(plan, force=force)
     path = _plan_file(plan, output)
     args = [binary(), "run", path, "-o", output, "--backend", "host"]
     for flag, value in (("--steps", steps), ("--warmup", warmup), ("--timeout", timeout),
@@ -387,6 +405,8 @@ def run_host(plan, output, *, np=None, steps=None, warmup=None, timeout=None, ti
         args.append("--profile")
     if quiet:
         args.append("--quiet")
+    if force:
+        args.append("--force")
     command = mpirun_command(np if np is not None else loaded.world_size, args)
     completed = subprocess.run(command, capture_output=True, text=True, timeout=wall_timeout, check=False)
     return HostRun(output, command, completed)

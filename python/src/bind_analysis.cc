@@ -6,7 +6,6 @@
 #include <iterator>
 #include <optional>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
@@ -17,7 +16,6 @@
 #include "shardscope/analysis/flight_recorder_analysis.h"
 #include "shardscope/analysis/import.h"
 #include "shardscope/analysis/trace_commands.h"
-#include "shardscope/traces/chrome_trace.h"
 #include "shardscope/traces/flight_recorder.h"
 
 namespace shardscope::python {
@@ -28,12 +26,8 @@ py::dict Import(const std::vector<std::string>& paths, std::optional<std::string
   {
     py::gil_scoped_release release;
     imported = Take(traces::ImportPytorchTraces(paths));
-    if (output) {
-      std::error_code ec;
-      std::filesystem::create_directories(*output, ec);
-      if (ec) Raise(Status::IoError(fmt::format("cannot create directory '{}': {}", *output, ec.message())));
-      Check(traces::WriteChromeTrace(imported.timeline, (std::filesystem::path(*output) / "trace.json").string()));
-    }
+    // DIR/trace.json replaced only when written whole, as `import -o` does.
+    if (output) Take(traces::WriteImportedTrace(imported, *output));
   }
   py::list ranks;
   for (const traces::ImportedRank& r : imported.ranks) {

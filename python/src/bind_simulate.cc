@@ -1,7 +1,7 @@
 // The simulator's side of the module: plans, simulate, compare, memory, fit, check, and a
 // rank's program (to pick an op for an injected OOM). Each function converts its arguments,
 // releases the GIL, calls the library function the CLI calls, and converts the result.
-#include <filesystem>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +17,7 @@
 
 #include "bindings.h"
 #include "shardscope/base/file_io.h"
+#include "shardscope/base/output_dir.h"
 #include "shardscope/sim/hangs/check.h"
 #include "shardscope/sim/memory/memory_report.h"
 #include "shardscope/sim/memory/memory_text.h"
@@ -36,22 +37,67 @@ namespace {
   Raise(status);
 }
 
-PlanHandle LoadPath(const std::string& path) {
+// The size limits (work_limits.h) as the module's arguments name them; the warnings are kept
+// for Warn.
+sim::WorkLimits ModuleLimits(bool force, std::vector<std::string>* warnings) {
+  sim::WorkLimits limits;
+  limits.force = force;
+  limits.warn = [warnings](const std::string& line) { warnings->push_back(line); };
+  limits.force_flag = "force=True";
+  limits.trace_ranks_flag = "trace_ranks";
+  limits.fewer_ranks = "trace_ranks=[0], or []";
+  return limits;
+}
+
+// Each warning as a Python UserWarning (the CLI prints them on stderr).
+void Warn(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return;
+  const py::object warn = py::module_::import("warnings").attr("warn");
+  for (const std::string& line : warnings) warn(line);
+}
+
+// The load options of load_plan (simulate_ranks nullopt) and of simulate given a path or a
+// dict, which checks what the simulation will hold before the plan is lowered, as
+// `shardscope simulate` does: simulate_ranks is the number of traced ranks, or
+// kDefaultTraceRanks (the first node) or kAllRanks.
+constexpr int64_t kDefaultTraceRanks = -1;
+constexpr int64_t kAllRanks = -2;
+sim::LoadOptions ModuleLoadOptions(bool force, std::optional<int64_t> simulate_ranks,
+                                   std::vector<std::string>* warnings) {
+  sim::LoadOptions options;
+  options.limits = ModuleLimits(force, warnings);
+  if (simulate_ranks) {
+    const int64_t ranks = *simulate_ranks;
+    options.traced_ranks = [ranks](int32_t world, int32_t gpus_per_node) -> StatusOr<int64_t> {
+      if (ranks == kAllRanks) return static_cast<int64_t>(world);
+      if (ranks == kDefaultTraceRanks) return static_cast<int64_t>(std::min(world, gpus_per_node));
+      return ranks;
+    };
+  }
+  return options;
+}
+
+PlanHandle LoadPath(const std::string& path, bool force, std::optional<int64_t> simulate_ranks) {
+  std::vector<std::string> warnings;
   StatusOr<sim::LoadedInput> loaded = [&] {
     py::gil_scoped_release release;
-    return sim::LoadInput(path);
+    return sim::LoadInput(path, ModuleLoadOptions(force, simulate_ranks, &warnings));
   }();
+  Warn(warnings);
   if (!loaded.ok()) RaiseLoad(loaded.status());
   return PlanHandle{std::move(loaded).value(), path, ""};
 }
 
 // `text` is the YAML the Python side made from a dict; `source` names it in messages.
-PlanHandle LoadYaml(const std::string& text, const std::string& source) {
+PlanHandle LoadYaml(const std::string& text, const std::string& source, bool force,
+                    std::optional<int64_t> simulate_ranks) {
+  std::vector<std::string> warnings;
   StatusOr<sim::LoadedInput> loaded = [&]() -> StatusOr<sim::LoadedInput> {
     py::gil_scoped_release release;
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::Plan plan, sim::ParsePlan(text, source));
-    return sim::LoadPlan(std::move(plan), source);
+    return sim::LoadPlan(std::move(plan), source, ModuleLoadOptions(force, simulate_ranks, &warnings));
   }();
+  Warn(warnings);
   if (!loaded.ok()) RaiseLoad(loaded.status());
   return PlanHandle{std::move(loaded).value(), source, text};
 }
@@ -105,9 +151,11 @@ class TeeSink : public traces::TimelineSink {
   traces::TimelineSink* b_;
 };
 
+// `size_checked`: the plan was loaded for this simulation (LoadOptions::traced_ranks), so what
+// it will hold was checked before lowering; otherwise it is checked here.
 py::dict SimulatePlan(const PlanHandle& plan, std::optional<std::vector<int32_t>> trace_ranks,
                       const std::map<int32_t, double>& stragglers, std::optional<std::pair<int64_t, int64_t>> inject_oom,
-                      std::optional<std::string> output) {
+                      std::optional<std::string> output, bool force, bool size_checked) {
   const traces::Schedule& schedule = plan.input.schedule;
   const int32_t world = schedule.world_size();
   sim::SimulateRunOptions options;
@@ -136,37 +184,45 @@ py::dict SimulatePlan(const PlanHandle& plan, std::optional<std::vector<int32_t>
     }
     options.trace_ranks = std::move(trace_ranks);
   }
+  if (!size_checked) {
+    std::vector<std::string> warnings;
+    const int64_t traced = options.trace_ranks ? static_cast<int64_t>(options.trace_ranks->size())
+                                               : std::min(world, plan.input.setup.cluster.gpus_per_node);
+    const Status size = sim::CheckSimulateOf(plan.input, traced, ModuleLimits(force, &warnings));
+    Warn(warnings);
+    Check(size);
+  }
   traces::Timeline timeline;
   std::map<std::string, std::string> dumps;  // flight_recorder_rank<N>.json
   std::vector<std::string> written;
   sim::SimulateRun run;
   {
     py::gil_scoped_release release;
+    // With an output folder, the files go into its staging folder and replace the folder's
+    // previous set as one (base/output_dir.h), as `simulate -o` does.
+    std::unique_ptr<OutputDir> out;
     std::unique_ptr<traces::ChromeTraceWriter> writer;
-    std::filesystem::path dir;
     if (output) {
-      dir = *output;
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) Raise(Status::IoError(fmt::format("cannot create '{}': {}", *output, ec.message())));
+      out = Take(OutputDir::Create(*output, sim::SimulateOutputs()));
       traces::TraceInfo info;
       info.world_size = world;
       info.producer = fmt::format("shardscope {} simulate", sim::Version());
-      writer = Take(traces::ChromeTraceWriter::Open((dir / "trace.json").string(), info));
+      writer = Take(traces::ChromeTraceWriter::Open(out->StagingPath("trace.json"), info));
     }
     TeeSink sink(timeline, writer.get());
     const auto write_file = [&](const std::string& name, const std::string& content) -> Status {
       if (name.starts_with("flight_recorder_rank")) dumps[name] = content;
-      if (!output) return Status::Ok();
-      written.push_back((dir / name).string());
-      return traces::WriteFileAtomically((dir / name).string(), content);
+      if (!out) return Status::Ok();
+      written.push_back(out->FinalPath(name));
+      return traces::WriteFileAtomically(out->StagingPath(name), content);
     };
     run = Take(sim::RunSimulation(plan.input, options, sink, write_file));
     if (writer) {
       Check(writer->Finish());
-      Check(traces::WriteFileAtomically((dir / "report.json").string(), run.report_json));
-      written.push_back((dir / "trace.json").string());
-      written.push_back((dir / "report.json").string());
+      Check(traces::WriteFileAtomically(out->StagingPath("report.json"), run.report_json));
+      Check(out->Commit());
+      written.push_back(out->FinalPath("trace.json"));
+      written.push_back(out->FinalPath("report.json"));
     }
   }
   py::dict out;
@@ -237,6 +293,7 @@ py::dict Fit(const PlanHandle& plan, const std::string& search, std::optional<in
     d["oom_ranks"] = c.oom_ranks;
     d["step_time_ns"] = c.step_time_ns;
     d["tokens_per_second_per_gpu"] = c.tokens_per_second_per_gpu;
+    d["init_oom"] = c.init_oom;
     d["note"] = c.note;
     candidates.append(d);
   }
@@ -329,10 +386,12 @@ void BindSimulate(py::module_& m) {
                              })
       .def_property_readonly("gpus_per_node", [](const PlanHandle& p) { return p.input.setup.cluster.gpus_per_node; })
       .def("ops", &Ops, py::arg("rank") = 0, "The ops of a rank's program, in program order");
-  m.def("_load_path", &LoadPath, py::arg("path"));
-  m.def("_load_yaml", &LoadYaml, py::arg("text"), py::arg("source"));
+  m.def("_load_path", &LoadPath, py::arg("path"), py::arg("force"), py::arg("simulate_ranks"));
+  m.def("_load_yaml", &LoadYaml, py::arg("text"), py::arg("source"), py::arg("force"), py::arg("simulate_ranks"));
+  m.attr("_DEFAULT_TRACE_RANKS") = kDefaultTraceRanks;
+  m.attr("_ALL_RANKS") = kAllRanks;
   m.def("_simulate", &SimulatePlan, py::arg("plan"), py::arg("trace_ranks"), py::arg("stragglers"),
-        py::arg("inject_oom"), py::arg("output"));
+        py::arg("inject_oom"), py::arg("output"), py::arg("force"), py::arg("size_checked"));
   m.def("_compare", &Compare, py::arg("a"), py::arg("b"));
   m.def("_memory", &Memory, py::arg("plan"), py::arg("ranks"));
   m.def("_fit", &Fit, py::arg("plan"), py::arg("search"), py::arg("max_micro_batch"));

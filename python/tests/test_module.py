@@ -189,6 +189,78 @@ class SimulateTest(unittest.TestCase):
     def test_bad_straggler(self):
         with self.assertRaises(shardscope.InputError):
             shardscope.simulate(TINY, stragglers={5: 2.0})
+        # The engine's bound on a slowdown (kMaxRankSlowdownFactor), as --straggler has it.
+        with self.assertRaises(shardscope.InputError) as raised:
+            shardscope.simulate(TINY, stragglers={1: 1001.0})
+        self.assertEqual(str(raised.exception),
+                         "stragglers: expected {rank: factor} with 0 <= rank < 2 and 1 <= factor <= 1000, got {1: 1001}")
+
+    def test_output_folder_is_replaced_as_one_set(self):
+        # As `simulate -o` (base/output_dir.h): a second run into the folder leaves exactly its
+        # own set there (no Flight Recorder dump of the first run's hang) and every file it does
+        # not own untouched.
+        allocate = next(op for op in shardscope.load_plan(TINY).ops(0)
+                        if op["kind"] == "allocate" and op["phase"] == "backward")
+        with tempfile.TemporaryDirectory() as work:
+            first = shardscope.simulate(TINY, output=work, inject_oom=(0, allocate["id"]))
+            self.assertTrue(any(os.path.basename(p).startswith("flight_recorder_rank") for p in first.files))
+            with open(os.path.join(work, "notes.txt"), "w", encoding="utf-8") as f:
+                f.write("not the module's\n")
+            second = shardscope.simulate(TINY, output=work)
+            self.assertFalse(any(os.path.basename(p).startswith("flight_recorder_rank") for p in second.files))
+            self.assertEqual(sorted(os.listdir(work)), sorted([os.path.basename(p) for p in second.files] + ["notes.txt"]))
+
+
+class SizeLimitTest(unittest.TestCase):
+    """The CLI's size limits (sim/lowering/work_limits.h, docs/PLAN.md "How big a run may be"):
+    the module refuses what the CLI refuses, before lowering, with the CLI's message naming the
+    module's arguments (force=True for --force, trace_ranks for --trace-ranks)."""
+
+    @classmethod
+    def setUpClass(cls):
+        # examples/grad-accum/every-micro-batch.yaml with more micro-batches, as
+        # tests/cli/inputs_test.sh makes them (it checks the estimate against real lowerings).
+        cls.work = tempfile.TemporaryDirectory()
+        with open("examples/grad-accum/every-micro-batch.yaml", encoding="utf-8") as f:
+            text = f.read()
+        cls.plans = {}
+        for steps in (1000, 1000000):
+            changed = re.sub(r"grad_accum_steps: [0-9]+", f"grad_accum_steps: {steps}", text)
+            assert changed != text
+            cls.plans[steps] = os.path.join(cls.work.name, f"accum{steps}.yaml")
+            with open(cls.plans[steps], "w", encoding="utf-8") as f:
+                f.write(changed)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.work.cleanup()
+
+    def test_a_schedule_too_big_to_hold(self):
+        # 1,000,000 micro-batches: ~10^10 ops, far past 8 GiB.
+        path = self.plans[1000000]
+        expected = cli_error(["simulate", "-q", path, "-o", os.path.join(self.work.name, "out")])
+        self.assertIn("lower training.grad_accum_steps, or pass --force to go on", expected)
+        for load in (lambda: shardscope.load_plan(path), lambda: shardscope.simulate(path),
+                     lambda: shardscope.memory(path)):
+            with self.assertRaises(shardscope.PlanError) as raised:
+                load()
+            self.assertEqual(str(raised.exception), expected.replace("--force", "force=True"))
+
+    def test_a_simulation_too_big_to_trace(self):
+        # 1,000 micro-batches: the schedule alone fits (a warning past 1 GiB), the memory
+        # history of the four traced ranks (the first node) would not.
+        path = self.plans[1000]
+        out = os.path.join(self.work.name, "out")
+        expected = cli_error(["simulate", "-q", path, "-o", out])
+        self.assertIn("trace fewer ranks (--trace-ranks 0, or none)", expected)
+        warning = next(line for line in cli("simulate", path, "-o", out, check=False).stderr.splitlines()
+                       if line.startswith("shardscope: warning: "))
+        with self.assertWarns(UserWarning) as warned, self.assertRaises(shardscope.PlanError) as raised:
+            shardscope.simulate(path)
+        self.assertEqual(str(raised.exception),
+                         expected.replace("--trace-ranks 0, or none", "trace_ranks=[0], or []")
+                         .replace("--force", "force=True"))
+        self.assertEqual(str(warned.warning), warning.removeprefix("shardscope: "))
 
 
 class CommandsTest(unittest.TestCase):
@@ -230,6 +302,17 @@ class TracesTest(unittest.TestCase):
         result.pop("text")
         result.pop("warnings")
         self.assertEqual(result, json.loads(cli("analyze", self.REAL, "--json").stdout))
+
+    def test_a_negative_rank_is_refused_as_the_cli_refuses_it(self):
+        # None is every rank; a given rank, -1 included, must be one (`--rank -1` exits 2).
+        expected = cli_error(["analyze", self.REAL, "--rank", "-1"])
+        with self.assertRaises(shardscope.InputError) as raised:
+            shardscope.analyze(self.REAL, rank=-1)
+        self.assertEqual(str(raised.exception), expected)
+        with tempfile.TemporaryDirectory() as work:
+            with self.assertRaises(shardscope.InputError) as raised:
+                shardscope.diff(self.REAL, self.REAL, work, rank=-1)
+            self.assertEqual(str(raised.exception), expected)
 
     def test_import(self):
         result = shardscope.import_traces(self.REAL)
