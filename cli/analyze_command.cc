@@ -11,7 +11,7 @@
 
 #include "commands.h"
 #include "progress.h"
-#include "shardscope/analysis/diff.h"
+#include "shardscope/analysis/trace_commands.h"
 #include "shardscope/base/file_io.h"
 #include "shardscope/analysis/hta_metrics.h"
 
@@ -31,32 +31,19 @@ struct AnalyzeOptions {
 };
 
 Status RunAnalyze(const AnalyzeOptions& options) {
-  if (options.rank_given && options.rank < 0) {
-    return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
-  }
-  if (!(options.kernel_wait_threshold_us >= 0) || options.kernel_wait_threshold_us > 1e9) {
-    return Status::InvalidInput(
-        fmt::format("--kernel-wait-threshold-us: expected a number of microseconds >= 0, got {}",
-                    options.kernel_wait_threshold_us));
-  }
-  std::vector<std::string> warnings;
-  Progress::Note(options.quiet, fmt::format("reading {} trace path(s)", options.traces.size()));
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide side, traces::LoadTraceFiles(options.traces, &warnings));
-  Progress::Note(options.quiet, fmt::format("computing the metrics of {} file(s)", side.files.size()));
-  traces::HtaOptions hta;
-  hta.rank = options.rank;
-  hta.kernel_wait_threshold_ns = static_cast<int64_t>(options.kernel_wait_threshold_us * 1000.0 + 0.5);
-  hta.include_last_profiler_step = options.include_last_step;
-  hta.round_to_whole_us = !options.exact_ns;
-  const std::vector<traces::HtaRankMetrics> ranks = traces::ComputeHtaMetrics(side, hta);
-  if (ranks.empty()) {
-    return Status::InvalidInput(options.rank >= 0 ? fmt::format("--rank {}: no events of that rank", options.rank)
-                                                  : fmt::format("{}: no events", side.source));
-  }
+  traces::AnalyzeRequest request;
+  request.traces = options.traces;
+  if (options.rank_given) request.rank = options.rank;
+  request.kernel_wait_threshold_us = options.kernel_wait_threshold_us;
+  request.include_last_step = options.include_last_step;
+  request.exact_ns = options.exact_ns;
+  traces::TraceCommandOutput output;
+  output.note = [&options](const std::string& note) { Progress::Note(options.quiet, note); };
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::AnalyzeRun run, traces::RunAnalyze(request, output));
   if (!options.quiet) {
-    for (const std::string& warning : warnings) std::cerr << "shardscope analyze: warning: " << warning << "\n";
+    for (const std::string& warning : run.warnings) std::cerr << "shardscope analyze: warning: " << warning << "\n";
   }
-  const std::string text = options.json ? traces::HtaMetricsJson(ranks, hta) : traces::HtaMetricsText(ranks);
+  const std::string text = options.json ? traces::HtaMetricsJson(run.ranks, run.options) : traces::HtaMetricsText(run.ranks);
   if (options.output.empty()) {
     std::cout << text;
     return Status::Ok();

@@ -88,7 +88,7 @@ struct CalibrateOptions {
 
 Status RunCalibrate(const CalibrateOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
-                              LoadInput(options.schedule, LoadOptions::With(false, options.quiet)));
+                              LoadInput(options.schedule, LoadOptionsWith(false, options.quiet)));
   std::vector<traces::Timeline> timelines;
   timelines.reserve(options.measured.size());
   std::vector<std::string> notes;

@@ -2,12 +2,9 @@
 // faults (an OOM at each module boundary of one rank per program, a straggler), in parallel
 // threads, printed as a table. Exit 0 when no fault hangs, 1 when some does (for CI), 2 on bad
 // input.
-#include <unistd.h>
-
-#include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +14,7 @@
 #include "inputs.h"
 #include "progress.h"
 #include "shardscope/sim/lowering/lowering.h"
+#include "shardscope/sim/hangs/check.h"
 #include "shardscope/sim/hangs/fault_sweep.h"
 #include "shardscope/sim/hangs/hang.h"
 #include "shardscope/sim/report/report.h"
@@ -46,22 +44,12 @@ StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::strin
     } catch (const std::exception&) {
       return bad();
     }
-    if (rank < 0 || rank >= world || !(factor >= 1.0 && factor <= sim::kMaxRankSlowdownFactor)) return bad();
+    if (!sim::ValidStraggler(rank, factor, world)) return bad();
     if (!stragglers.emplace(static_cast<int32_t>(rank), factor).second) {
       return Status::InvalidInput(fmt::format("--straggler: rank {} given twice (one factor per rank)", rank));
     }
   }
   return stragglers;
-}
-
-std::string DivergenceSummary(const std::vector<std::string>& sources, int64_t with_ns, int64_t without_ns) {
-  std::string joined;
-  for (const std::string& source : sources) joined += (joined.empty() ? "" : ", ") + source;
-  const double delta_ms = static_cast<double>(with_ns - without_ns) * 1e-6;
-  const double percent = without_ns > 0 ? 100.0 * static_cast<double>(with_ns - without_ns) / static_cast<double>(without_ns) : 0;
-  return fmt::format("  DIVERGENCE: {}: step {:.3f} ms, {:.3f} ms with every rank alike: costs {:+.3f} ms ({:+.1f}%)\n",
-                     joined, static_cast<double>(with_ns) * 1e-6, static_cast<double>(without_ns) * 1e-6, delta_ms,
-                     percent);
 }
 
 namespace {
@@ -79,177 +67,36 @@ struct CheckOptions {
   bool force = false;
 };
 
-// What the known fix for OOM hangs costs: Composer's catch_and_sync with its FSDP sync hooks
-// (oom: {policy: catch_and_sync, sync_hooks: true}), modelled for torch FSDP1 plans. One more
-// run of the plan with the hooks on gives their cost per step; Composer keeps them on only
-// until 3 consecutive batches run without an OOM (composer/trainer/trainer.py _train_batch,
-// num_consecutive_non_OOM_batches >= 3), so each OOM costs about three such steps.
-StatusOr<std::string> MitigationLine(const LoadedInput& loaded, const sim::EngineConfig& config,
-                                     int64_t baseline_step_ns) {
-  if (!loaded.plan) return std::string("  mitigation: needs the plan (a schedule JSON cannot be re-lowered with hooks)\n");
-  const sim::Plan& plan = *loaded.plan;
-  if (plan.strategy != sim::Strategy::kFsdp1 || plan.fsdp1.implementation != sim::Fsdp1Implementation::kTorch) {
-    return fmt::format("  mitigation: none modelled for {}: Composer's OOM sync hooks patch torch FSDP1 (strategy "
-                       "fsdp1, implementation torch); elsewhere an OOM must not happen (`shardscope fit`)\n",
-                       sim::StrategyName(plan.strategy));
-  }
-  if (plan.oom.policy == sim::OomPolicy::kCatchAndSync && plan.oom.sync_hooks) {
-    return std::string("  mitigation: the plan already runs Composer's sync hooks; the hangs above are places "
-                       "they do not cover\n");
-  }
-  sim::Plan hooked = plan;
-  hooked.oom.policy = sim::OomPolicy::kCatchAndSync;
-  hooked.oom.sync_hooks = true;
-  for (sim::RankVariant& variant : hooked.divergence.variants) {
-    sim::Plan variant_plan = *variant.plan;
-    variant_plan.oom = hooked.oom;
-    variant.plan = std::make_shared<const sim::Plan>(std::move(variant_plan));
-  }
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule schedule, sim::LowerPlan(hooked));
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationSetup setup, sim::SetupFromSchedule(schedule, loaded.setup.label));
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs, sim::MakeCostProvider(schedule, setup));
-  sim::EngineConfig hooked_config = sim::EngineConfigFor(setup, schedule);
-  hooked_config.memory.record_history = false;
-  hooked_config.rank_slowdown = config.rank_slowdown;
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult run, sim::Simulate(schedule, *costs, hooked_config, nullptr));
-  if (run.hung || run.oom_agreed) {
-    return std::string("  mitigation: with Composer's sync hooks the plan itself does not complete\n");
-  }
-  const int64_t cost = run.step_ns - baseline_step_ns;
-  return fmt::format("  mitigation: Composer's catch_and_sync with FSDP sync hooks (oom: {{policy: catch_and_sync, "
-                     "sync_hooks: true}}) makes every rank agree on an OOM before its next collective; the hooks cost "
-                     "{:+.3f} ms per step ({:+.1f}%) while on, and Composer drops them after 3 batches without an OOM "
-                     "(about {:.3f} ms per OOM)\n",
-                     static_cast<double>(cost) * 1e-6,
-                     baseline_step_ns > 0 ? 100.0 * static_cast<double>(cost) / static_cast<double>(baseline_step_ns) : 0,
-                     3 * static_cast<double>(cost) * 1e-6);
-}
-
-// Each case as it ends (progress.h: in place on a terminal, sparse lines in a log, nothing
-// with -q). Called under the sweep's lock.
-sim::FaultProgress MakeProgress(Progress& progress) {
-  return [&progress](size_t done, size_t total, const sim::FaultCaseResult& r) {
-    progress.Update(total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0,
-                    fmt::format("{}/{}: {}: {}", done, total, r.fault.Label(), sim::FaultOutcomeName(r.outcome)));
-  };
-}
-
 Status RunCheck(const CheckOptions& options) {
-  if (!(options.watchdog_minutes > 0) || options.watchdog_minutes > 1e6) {
-    return Status::InvalidInput(
-        fmt::format("--watchdog-minutes: expected a positive number of minutes, got {}", options.watchdog_minutes));
-  }
-  if (options.threads < 0) return Status::InvalidInput(fmt::format("--threads: expected >= 0, got {}", options.threads));
+  sim::CheckSettings settings;
+  settings.threads = options.threads;
+  settings.watchdog_minutes = options.watchdog_minutes;
+  settings.seq_len_factor = options.seq_len_factor;
+  settings.moe_load = options.moe_load;
+  settings.held_gib = options.held_gib;
+  SHARDSCOPE_RETURN_IF_ERROR(sim::ValidateCheckSettings(settings));
   Progress::Note(options.quiet, fmt::format("loading {}", options.input));
   SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
-                              LoadInput(options.input, LoadOptions::With(options.force, options.quiet)));
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
   const traces::Schedule& schedule = loaded.schedule;
-  sim::FaultSweepOptions sweep;
   if (!options.ranks.empty()) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(sweep.oom_ranks, ParseRankList(options.ranks, schedule.world_size(), "--ranks"));
+    SHARDSCOPE_ASSIGN_OR_RETURN(settings.oom_ranks, ParseRankList(options.ranks, schedule.world_size(), "--ranks"));
   }
-  SHARDSCOPE_ASSIGN_OR_RETURN(sweep.stragglers, ParseStragglers(options.stragglers, schedule.world_size()));
-  sweep.hang.watchdog_timeout_ns = static_cast<int64_t>(std::llround(options.watchdog_minutes * 60e9));
-  if (!(options.seq_len_factor > 0) || options.seq_len_factor > 1000) {
-    return Status::InvalidInput(fmt::format("--seq-len-factor: expected a number in (0, 1000], got {}", options.seq_len_factor));
+  SHARDSCOPE_ASSIGN_OR_RETURN(settings.stragglers, ParseStragglers(options.stragglers, schedule.world_size()));
+  // The baseline run and the sweep each show their progress (progress.h: in place on a
+  // terminal, sparse lines in a log, nothing with -q), cleared before the text that follows.
+  std::optional<Progress> phase;
+  sim::CheckProgress progress;
+  progress.begin = [&](const std::string& what) { phase.emplace(fmt::format("check: {}", what), options.quiet); };
+  if (!options.quiet) {
+    progress.update = [&](double fraction, const std::string& detail) { phase->Update(fraction, detail); };
   }
-  if (!(options.moe_load > 0) || options.moe_load > 1000) {
-    return Status::InvalidInput(fmt::format("--moe-load: expected a number in (0, 1000], got {}", options.moe_load));
-  }
-  if (!(options.held_gib >= 0) || options.held_gib > 1e6) {
-    return Status::InvalidInput(fmt::format("--held-gib: expected a number of GiB >= 0, got {}", options.held_gib));
-  }
-  sweep.seq_len_factor = options.seq_len_factor;
-  sweep.moe_load = options.moe_load;
-  sweep.held_bytes = static_cast<int64_t>(std::llround(options.held_gib * static_cast<double>(int64_t{1} << 30)));
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<sim::FaultCase> cases, sim::BuildFaultCases(schedule, sweep));
-  // Divergence cases need the plan (a schedule JSON has none): on the first OOM rank.
-  if (loaded.plan) {
-    const int32_t rank = sweep.oom_ranks.empty() ? 0 : *std::min_element(sweep.oom_ranks.begin(), sweep.oom_ranks.end());
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<sim::FaultCase> divergence,
-                                sim::BuildDivergenceCases(*loaded.plan, rank, sweep));
-    cases.insert(cases.end(), divergence.begin(), divergence.end());
-  }
-
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider,
-                              sim::MakeCostProvider(schedule, loaded.setup));
-  const sim::CostProvider& costs = *cost_provider;
-  sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule);
-  config.memory.record_history = false;  // no trace: snapshots would only cost time
-  sim::SimulationResult baseline;
-  {
-    Progress progress(fmt::format("check: the baseline run ({} ranks)", schedule.world_size()), options.quiet);
-    sim::EngineConfig baseline_config = config;
-    if (!options.quiet) baseline_config.progress = [&progress](double fraction) { progress.Update(fraction); };
-    SHARDSCOPE_ASSIGN_OR_RETURN(baseline, sim::Simulate(schedule, costs, baseline_config, nullptr));
-  }
-  std::cout << fmt::format("{}: {} ranks, {} program(s)\n", options.input, schedule.world_size(),
-                           schedule.programs.size());
-  if (baseline.hung) {
-    const sim::HangReport report = sim::AnalyzeHang(schedule, baseline, sweep.hang);
-    std::cout << "  the plan does not complete without faults:\n";
-    for (const std::string& line : report.explanation) std::cout << "  WHY: " << line << "\n";
-    return Status::Internal("the baseline run does not complete; fix the plan before sweeping faults");
-  }
-  if (baseline.oom_agreed) {
-    std::cout << fmt::format("  the plan runs out of memory without faults (rank(s) {}); the ranks agree at all_reduce #{} "
-                             "and retry with a smaller micro-batch\n",
-                             sim::CompressRanks(baseline.oom_agreed->oom_ranks), baseline.oom_agreed->seq);
-    return Status::Internal("the baseline run runs out of memory; fix the plan before sweeping faults");
-  }
-  std::cout << fmt::format("  baseline: step {:.3f} ms\n", static_cast<double>(baseline.step_ns) * 1e-6);
-  std::cout << fmt::format("  sweeping {} fault(s): an OOM at each module boundary of rank(s) {}, stragglers{}\n\n",
-                           cases.size(), [&] {
-                             std::vector<int32_t> ranks;
-                             for (const sim::FaultCase& c : cases) {
-                               if (c.kind == sim::FaultKind::kOom) ranks.push_back(c.rank);
-                             }
-                             return ranks.empty() ? std::string("none") : sim::CompressRanks(ranks);
-                           }(),
-                           loaded.plan ? ", divergences (one rank runs a different plan), memory held by another process"
-                                       : " (a schedule JSON: no divergence cases, they need the plan)");
-  std::vector<sim::FaultCaseResult> results;
-  {
-    Progress progress(fmt::format("check: {} fault case(s)", cases.size()), options.quiet);
-    SHARDSCOPE_ASSIGN_OR_RETURN(results, sim::RunFaultSweep(schedule, costs, config, cases, baseline.step_ns,
-                                                            options.threads, MakeProgress(progress), sweep.hang));
-  }
-  std::cout << sim::FaultTableText(results);
-  const auto hangs = std::count_if(results.begin(), results.end(), [](const sim::FaultCaseResult& r) { return !r.Safe(); });
-  std::cout << "\n";
-  if (hangs == 0) {
-    std::cout << fmt::format("all {} fault(s) are safe: no hang\n", results.size());
-    return Status::Ok();
-  }
-  const auto hangs_of = [&](auto&& predicate) {
-    return std::count_if(results.begin(), results.end(),
-                         [&](const sim::FaultCaseResult& r) { return !r.Safe() && predicate(r.fault.kind); });
-  };
-  const auto oom_hangs = hangs_of([](sim::FaultKind kind) { return kind == sim::FaultKind::kOom; });
-  const auto other_hangs = hangs - oom_hangs;
-  std::cout << fmt::format("{} of {} fault(s) hang.\n", hangs, results.size());
-  if (oom_hangs > 0 && config.oom_catch_and_sync) {
-    std::cout << fmt::format("  {} injected OOM(s): with catch_and_sync the rank that runs out of memory goes to its "
-                             "next OOM-flag agreement, and a peer that enters another collective first waits there "
-                             "until the watchdog fires (a place without a sync hook)\n",
-                             oom_hangs);
-  } else if (oom_hangs > 0) {
-    std::cout << fmt::format("  {} injected OOM(s): with the `raise` OOM policy the rank that runs out of memory "
-                             "leaves, and its peers wait at their next collective until the watchdog fires\n",
-                             oom_hangs);
-  }
-  if (oom_hangs > 0) {
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::string mitigation, MitigationLine(loaded, config, baseline.step_ns));
-    std::cout << mitigation;
-  }
-  if (other_hangs > 0) {
-    std::cout << fmt::format("  {} divergence(s) or resource fault(s): the ranks issue different collectives (type, "
-                             "size or count) on one communicator, which NCCL matches by order only, or one rank runs "
-                             "out of memory and leaves\n",
-                             other_hangs);
-  }
+  progress.end = [&] { phase.reset(); };
+  const auto print = [](const std::string& text) { std::cout << text; };
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::CheckRun run, sim::RunCheck(loaded, options.input, settings, print, progress));
   // main() maps every error but bad input to exit code 1, which is what a hang must return.
-  return Status::Internal(fmt::format("{} of {} injected fault(s) hang", hangs, results.size()));
+  if (run.verdict != sim::CheckVerdict::kSafe) return Status::Internal(run.failure);
+  return Status::Ok();
 }
 
 }  // namespace

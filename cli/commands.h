@@ -37,9 +37,6 @@ StatusOr<std::optional<sim::InjectedOom>> ParseInjectedOom(const std::string& sp
 
 // `--straggler RANK:FACTOR` values (simulate, check) -> rank -> slowdown factor (>= 1).
 StatusOr<std::map<int32_t, double>> ParseStragglers(const std::vector<std::string>& specs, int32_t world);
-// The summary line: which ranks straggle or run a different plan (variants: "rank(s) 5 run
-// training.seq_len 12288"), and what it costs (step with it vs with every rank alike).
-std::string DivergenceSummary(const std::vector<std::string>& sources, int64_t with_ns, int64_t without_ns);
 
 }  // namespace shardscope::cli
 

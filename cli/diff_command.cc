@@ -11,8 +11,7 @@
 
 #include "commands.h"
 #include "progress.h"
-#include "shardscope/base/output_dir.h"
-#include "shardscope/analysis/diff.h"
+#include "shardscope/analysis/trace_commands.h"
 
 namespace shardscope::cli {
 namespace {
@@ -30,65 +29,22 @@ struct DiffCommandOptions {
 };
 
 Status RunDiff(const DiffCommandOptions& options) {
-  if (options.top_n < 0) return Status::InvalidInput(fmt::format("--top: expected >= 0, got {}", options.top_n));
-  // -1 is only the default's sentinel: `--rank -1` is a bad rank, not "all".
-  if (options.rank_given && options.rank < 0) {
-    return Status::InvalidInput(fmt::format("--rank: expected a rank >= 0, got {}", options.rank));
+  traces::DiffRequest request;
+  request.predicted = options.predicted;
+  request.measured = options.measured;
+  request.out_dir = options.out_dir;
+  request.top_n = options.top_n;
+  if (options.rank_given) request.rank = options.rank;
+  request.full = options.full;
+  if (options.step_given) request.step = options.step;
+  traces::TraceCommandOutput output;
+  output.note = [&options](const std::string& note) { Progress::Note(options.quiet, note); };
+  if (!options.quiet) {
+    output.warn = [](const std::string& warning) { std::cerr << "shardscope diff: warning: " << warning << "\n"; };
   }
-  Progress::Note(options.quiet, fmt::format("reading the predicted side {}", options.predicted));
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide predicted, traces::LoadDiffSide(options.predicted));
-  Progress::Note(options.quiet, fmt::format("reading the measured side {}", options.measured));
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffSide measured, traces::LoadDiffSide(options.measured));
-  if (options.step_given && options.step < 0) {
-    return Status::InvalidInput(fmt::format("--step: expected a step >= 0, got {}", options.step));
-  }
-  // One step against one step: a multi-step measured trace is cut to its median measured
-  // step (or --step N) first (docs/DIFF.md, "Steps").
-  SHARDSCOPE_RETURN_IF_ERROR(traces::SelectDiffStep(predicted, measured, options.step));
-  for (const traces::DiffSide* side : {&predicted, &measured}) {
-    if (options.quiet) break;
-    for (const std::string& warning : side->warnings) std::cerr << "shardscope diff: warning: " << warning << "\n";
-  }
-  if (!measured.step_note.empty()) std::cout << fmt::format("measured: {}\n", measured.step_note);
-  if (!predicted.step_note.empty()) std::cout << fmt::format("predicted: {}\n", predicted.step_note);
-  traces::DiffOptions diff_options;
-  diff_options.top_n = options.top_n;
-  diff_options.rank = options.rank;
-  diff_options.full_report = options.full;
-  const auto slices = [](const traces::DiffSide& side) {
-    size_t n = 0;
-    for (const traces::Timeline& file : side.files) n += file.slices.size();
-    return n;
-  };
-  Progress::Note(options.quiet,
-                 fmt::format("matching {} predicted and {} measured slices", slices(predicted), slices(measured)));
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffResult diff, traces::Diff(predicted, measured, diff_options));
-  if (diff.predicted.events.empty() && diff.measured.events.empty()) {
-    return Status::InvalidInput(options.rank >= 0 ? fmt::format("--rank {}: neither trace has events of that rank", options.rank)
-                                                  : fmt::format("{} and {}: neither trace has events", options.predicted,
-                                                                options.measured));
-  }
-  // The three files replace the folder's previous set as one (base/output_dir.h).
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out,
-                              OutputDir::Create(options.out_dir, {{"trace.json", "report.md", "report.json"}, "report.json"}));
-  SHARDSCOPE_RETURN_IF_ERROR(
-      traces::WriteDiffOutputs(predicted, measured, diff, out->StagingPath(""), diff_options));
-  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
-  const int64_t p = diff.predicted.step_ns;
-  const int64_t m = diff.measured.step_ns;
-  std::cout << fmt::format("step: predicted {:.3f} ms, measured {:.3f} ms, difference {:+.3f} ms ({:+.1f}%)\n",
-                           static_cast<double>(p) * 1e-6, static_cast<double>(m) * 1e-6,
-                           static_cast<double>(m - p) * 1e-6,
-                           p > 0 ? 100.0 * static_cast<double>(m - p) / static_cast<double>(p) : 0.0);
-  int64_t unmatched_p = 0;
-  int64_t unmatched_m = 0;
-  for (int32_t j : diff.predicted.match) unmatched_p += j < 0 ? 1 : 0;
-  for (int32_t i : diff.measured.match) unmatched_m += i < 0 ? 1 : 0;
-  std::cout << fmt::format("matched {} ops ({} by op id, {} anchors, {} by name); unmatched {} predicted, {} measured\n",
-                           diff.matched(), diff.matched_by_op_id, diff.matched_by_anchor, diff.matched_by_name,
-                           unmatched_p, unmatched_m);
-  std::cout << fmt::format("wrote {0}/trace.json (open in https://ui.perfetto.dev), {0}/report.md, {0}/report.json\n",
-                           options.out_dir);
+  output.print = [](const std::string& text) { std::cout << text; };
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::DiffRun run, traces::RunDiff(request, output));
+  std::cout << run.headline;
   return Status::Ok();
 }
 

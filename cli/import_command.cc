@@ -12,7 +12,6 @@
 
 #include "commands.h"
 #include "progress.h"
-#include "shardscope/base/output_dir.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/analysis/import.h"
 
@@ -29,10 +28,7 @@ Status RunImport(const ImportOptions& options) {
   Progress::Note(options.quiet, fmt::format("reading {} trace(s)", options.traces.size()));
   SHARDSCOPE_ASSIGN_OR_RETURN(traces::ImportedTrace imported, traces::ImportPytorchTraces(options.traces));
   // trace.json replaces the folder's previous one only when written whole (base/output_dir.h).
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, {{"trace.json"}, ""}));
-  const std::string path = out->FinalPath("trace.json");
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteChromeTrace(imported.timeline, out->StagingPath("trace.json")));
-  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
+  SHARDSCOPE_ASSIGN_OR_RETURN(const std::string path, traces::WriteImportedTrace(imported, options.out_dir));
   std::cout << traces::ImportSummaryText(imported);
   std::cout << fmt::format("wrote {}\n", path);
   return Status::Ok();

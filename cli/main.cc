@@ -22,11 +22,11 @@
 #include "shardscope/sim/plan/plan.h"
 #include "shardscope/sim/hangs/hang.h"
 #include "shardscope/sim/report/report.h"
+#include "shardscope/sim/report/simulate_run.h"
 #include "commands.h"
 #include "inputs.h"
 #include "launcher.h"
 #include "progress.h"
-#include "work_limits.h"
 #include "shardscope/base/output_dir.h"
 #include "shardscope/sim/report/version.h"
 #include "shardscope/traces/chrome_trace.h"
@@ -67,14 +67,8 @@ struct SimulateOptions {
   std::vector<std::string> stragglers;  // RANK:FACTOR
   std::string inject_oom;               // RANK:OP_ID
   bool quiet = false;
-  bool force = false;                   // past the work and trace-size limits (work_limits.h)
+  bool force = false;                   // past the work and trace-size limits (lowering/work_limits.h)
 };
-
-// What `simulate -o DIR` writes: replaced as one set (base/output_dir.h).
-const OutputSpec kSimulateOutputs{
-    {"trace.json", "report.json", "flight_recorder_rank*.json", "memory_snapshot_rank*.json",
-     "memory_snapshot_rank*.pickle"},
-    "report.json"};
 
 Status RunSimulate(const SimulateOptions& options) {
   cli::Progress::Note(options.quiet, fmt::format("loading {}", options.input));
@@ -85,137 +79,52 @@ Status RunSimulate(const SimulateOptions& options) {
     SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<int32_t> ranks, ParseTraceRanks(options.trace_ranks, world));
     return static_cast<int64_t>(ranks.size());
   };
-  cli::LoadOptions load = cli::LoadOptions::With(options.force, options.quiet);
+  cli::LoadOptions load = cli::LoadOptionsWith(options.force, options.quiet);
   load.traced_ranks = traced_ranks;
   SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input, load));
   const traces::Schedule& schedule = loaded.schedule;
-  const sim::SimulationSetup& setup = loaded.setup;
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> cost_provider, sim::MakeCostProvider(schedule, setup));
-  const sim::CostProvider& costs = *cost_provider;
-  sim::EngineConfig config = sim::EngineConfigFor(setup, schedule);
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs, sim::MakeCostProvider(schedule, loaded.setup));
+  sim::SimulateRunOptions run_options;
+  run_options.costs = costs.get();
   // --straggler adds to (and for its ranks replaces) the plan's divergence.slowdown.
-  SHARDSCOPE_ASSIGN_OR_RETURN(auto flag_stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
-  for (const auto& [rank, factor] : flag_stragglers) config.rank_slowdown[rank] = factor;
-  SHARDSCOPE_ASSIGN_OR_RETURN(config.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
+  SHARDSCOPE_ASSIGN_OR_RETURN(run_options.stragglers, cli::ParseStragglers(options.stragglers, schedule.world_size()));
+  SHARDSCOPE_ASSIGN_OR_RETURN(run_options.inject_oom, cli::ParseInjectedOom(options.inject_oom, schedule));
+  run_options.note = [&options](const std::string& note) { cli::Progress::Note(options.quiet, note); };
 
   // Everything that can reject the input happens before anything is written.
-  std::vector<int32_t> first_ranks;
-  if (by_default) {
-    for (int32_t r = 0; r < std::min(schedule.world_size(), setup.cluster.gpus_per_node); ++r) first_ranks.push_back(r);
-  } else {
-    SHARDSCOPE_ASSIGN_OR_RETURN(first_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
+  if (!by_default) {
+    SHARDSCOPE_ASSIGN_OR_RETURN(run_options.trace_ranks, ParseTraceRanks(options.trace_ranks, schedule.world_size()));
   }
 
   // Everything goes into a staging folder; the set replaces DIR's only when all is written.
-  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, kSimulateOutputs));
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(options.out_dir, sim::SimulateOutputs()));
   traces::TraceInfo info;
   info.world_size = schedule.world_size();
   info.producer = fmt::format("shardscope {} simulate", sim::Version());
   const std::string trace_path = out->FinalPath("trace.json");
   SHARDSCOPE_ASSIGN_OR_RETURN(auto writer, traces::ChromeTraceWriter::Open(out->StagingPath("trace.json"), info));
 
-  // The default trace shows the first node, then any rank whose timeline differs from every
-  // rank shown; that is only known after a run, so such ranks are traced in a second run
-  // (the engine is deterministic, so both runs agree).
   cli::Progress progress(fmt::format("simulating {} ranks, {} ops per rank", schedule.world_size(),
                                      schedule.programs.empty() ? 0 : schedule.ProgramOf(0).ops.size()),
                          options.quiet);
-  if (!options.quiet) config.progress = [&progress](double fraction) { progress.Update(fraction); };
-  sim::TraceRecorder recorder(schedule, first_ranks, *writer);
-  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(schedule, costs, config, &recorder));
-  progress.Done();
-  if (by_default) {
-    std::vector<int32_t> extra;
-    for (int32_t r : sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node)) {
-      if (r >= setup.cluster.gpus_per_node) extra.push_back(r);
-    }
-    if (!extra.empty()) {
-      cli::Progress::Note(options.quiet, fmt::format("tracing {} rank(s) whose timelines differ", extra.size()));
-      sim::TraceRecorder extra_recorder(schedule, extra, *writer);
-      SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, config, &extra_recorder).status());
-    }
-  }
-  // A hang: draw the wait-for graph on the traced ranks (slices where they wait, flows to what
-  // they wait for), then write Flight Recorder dumps for the blocked ranks (a second,
-  // deterministic run records their collectives).
-  std::vector<int32_t> dumped;
-  if (result.hung) {
-    sim::WriteHangTrace(schedule, result, sim::AnalyzeHang(schedule, result),
-                        by_default ? sim::DefaultTraceRanks(result, setup.cluster.gpus_per_node) : first_ranks, *writer);
-    constexpr size_t kMaxFlightRecorderDumps = 64;
-    dumped = sim::FlightRecorderRanks(result, kMaxFlightRecorderDumps);
-    sim::CollectiveRecorder collectives(schedule, dumped);
-    sim::EngineConfig quiet_config = config;
-    quiet_config.progress = nullptr;
-    SHARDSCOPE_RETURN_IF_ERROR(sim::Simulate(schedule, costs, quiet_config, &collectives).status());
-    for (int32_t rank : dumped) {
-      const std::string path = out->StagingPath(fmt::format("flight_recorder_rank{}.json", rank));
-      SHARDSCOPE_RETURN_IF_ERROR(
-          traces::WriteFileAtomically(path, sim::FlightRecorderJson(schedule, result, rank, &collectives)));
-    }
-  }
+  if (!options.quiet) run_options.progress = [&progress](double fraction) { progress.Update(fraction); };
+  run_options.progress_done = [&progress] { progress.Done(); };
+  // The dumps and snapshots go into the staging folder beside trace.json.
+  const auto write_file = [&](const std::string& name, const std::string& content) {
+    return traces::WriteFileAtomically(out->StagingPath(name), content);
+  };
+  SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulateRun run, sim::RunSimulation(loaded, run_options, *writer, write_file));
   SHARDSCOPE_RETURN_IF_ERROR(writer->Finish());
-  // The allocator's state per traced rank, in torch.cuda.memory._snapshot()'s layout.
-  for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
-    const sim::RankMemory& memory = result.ranks[rank].memory;
-    if (memory.snapshot.empty() && memory.history.empty()) continue;
-    const std::string path = out->StagingPath(fmt::format("memory_snapshot_rank{}.json", rank));
-    SHARDSCOPE_RETURN_IF_ERROR(
-        traces::WriteFileAtomically(path, sim::MemorySnapshotJson(memory, static_cast<int32_t>(rank))));
-    // The same as a pickle, for PyTorch's memory_viz.
-    SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
-        out->StagingPath(fmt::format("memory_snapshot_rank{}.pickle", rank)), sim::MemorySnapshotPickle(memory)));
-  }
-  // What the divergence costs: one more run with every rank alike (the plan without its
-  // divergence section, no stragglers, no injected fault; no trace, no memory history).
-  std::optional<sim::DivergenceCost> divergence;
-  const bool has_variants = loaded.plan && !loaded.plan->divergence.variants.empty();
-  if (!config.rank_slowdown.empty() || has_variants) {
-    traces::Schedule uniform_schedule;
-    if (has_variants) {
-      SHARDSCOPE_ASSIGN_OR_RETURN(uniform_schedule, sim::LowerPlan(sim::WithoutDivergence(*loaded.plan)));
-    }
-    const traces::Schedule& baseline_schedule = has_variants ? uniform_schedule : schedule;
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> baseline_costs,
-                                sim::MakeCostProvider(baseline_schedule, setup));
-    sim::EngineConfig baseline_config = config;
-    baseline_config.rank_slowdown.clear();
-    baseline_config.inject_oom.reset();
-    baseline_config.progress = nullptr;
-    baseline_config.memory.record_history = false;
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult baseline,
-                                sim::Simulate(baseline_schedule, *baseline_costs, baseline_config, nullptr));
-    divergence.emplace();
-    for (const auto& [rank, factor] : config.rank_slowdown) {
-      divergence->sources.push_back(fmt::format("rank {} (kernels and copies x{:g})", rank, factor));
-    }
-    if (has_variants) {
-      for (const sim::RankVariant& variant : loaded.plan->divergence.variants) {
-        divergence->sources.push_back(
-            fmt::format("rank(s) {} run {}", sim::CompressRanks(variant.ranks), variant.description));
-      }
-    }
-    divergence->uniform_completed = !baseline.hung && !baseline.oom_agreed;
-    divergence->uniform_step_ns = baseline.step_ns;
-  }
   const std::string report_path = out->FinalPath("report.json");
-  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(
-      out->StagingPath("report.json"), sim::ReportJson(schedule, setup, result, divergence ? &*divergence : nullptr)));
+  SHARDSCOPE_RETURN_IF_ERROR(traces::WriteFileAtomically(out->StagingPath("report.json"), run.report_json));
   SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
-  std::cout << sim::SummaryText(schedule, setup, result);
-  if (divergence) {
-    if (result.hung || !divergence->uniform_completed) {
-      std::cout << fmt::format("  DIVERGENCE: no cost reported: the step {} not complete\n",
-                               result.hung ? "does" : "with every rank alike does");
-    } else {
-      std::cout << cli::DivergenceSummary(divergence->sources, result.step_ns, divergence->uniform_step_ns);
-    }
-  }
+  std::cout << sim::SimulateSummaryText(loaded, run);
   std::cout << fmt::format("  wrote {} (open in ui.perfetto.dev) and {}\n", trace_path, report_path);
+  const std::vector<int32_t>& dumped = run.flight_recorder_ranks;
   if (!dumped.empty()) {
     std::cout << fmt::format("  wrote flight_recorder_rank<N>.json for {} of {} blocked rank(s) ({}; at most 64), "
                              "in PyTorch Flight Recorder's JSON layout\n",
-                             dumped.size(), result.blocked.size(), sim::CompressRanks(dumped));
+                             dumped.size(), run.result.blocked.size(), sim::CompressRanks(dumped));
   }
   return Status::Ok();
 }
@@ -229,11 +138,8 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force
   std::vector<Run> runs;
   for (const std::string& input : inputs) {
     cli::Progress::Note(quiet, fmt::format("simulating {}", input));
-    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptions::With(force, quiet)));
-    SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<sim::CostProvider> costs,
-                                sim::MakeCostProvider(loaded.schedule, loaded.setup));
-    const sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, loaded.schedule);
-    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::Simulate(loaded.schedule, *costs, config, nullptr));
+    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptionsWith(force, quiet)));
+    SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::SimulateUntraced(loaded));
     runs.push_back(Run{std::move(loaded), std::move(result)});
   }
   const auto compared = [&](size_t i) {
@@ -244,7 +150,7 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force
 }
 
 Status RunSchedule(const std::string& input, const std::string& output, bool listing, int32_t rank, bool force) {
-  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptions::With(force, false)));
+  SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptionsWith(force, false)));
   if (listing) {
     if (rank < 0 || rank >= loaded.schedule.world_size()) {
       return Status::InvalidInput(fmt::format("{}: --rank {} is outside the world of {} ranks", input, rank,
@@ -429,7 +335,7 @@ int main(int argc, char** argv) {
 
   Status status;
   // Out of memory anywhere below: one message and exit 1, never an abort. The work limits
-  // (work_limits.h) refuse what is known to be too big; this is for what they miss.
+  // (sim/lowering/work_limits.h) refuse what is known to be too big; this is for what they miss.
   try {
     if (*simulate_cmd) {
       if (!compare_inputs.empty()) {

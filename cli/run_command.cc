@@ -36,6 +36,7 @@
 #include "shardscope/runtime/cuda_backend.h"
 #include "shardscope/runtime/host_backend.h"
 #include "shardscope/runtime/profile_mode.h"
+#include "shardscope/sim/simulate/simulate.h"
 #include "shardscope/traces/chrome_trace.h"
 #include "shardscope/base/file_io.h"
 
@@ -62,18 +63,9 @@ StatusOr<std::optional<sim::InjectedOom>> ParseInjectedOom(const std::string& sp
   } catch (const std::exception&) {
     return bad("not integers");
   }
-  if (rank < 0 || rank >= schedule.world_size()) {
-    return bad(fmt::format("rank outside the world of {} ranks", schedule.world_size()));
-  }
-  const traces::Program& program = schedule.ProgramOf(static_cast<int32_t>(rank));
-  for (const traces::Op& op : program.ops) {
-    if (op.id != op_id) continue;
-    if (!std::holds_alternative<traces::AllocateOp>(op.payload)) {
-      return bad(fmt::format("op {} is a {}, not an allocate", op_id, traces::OpKindName(op.payload)));
-    }
-    return std::optional<sim::InjectedOom>(sim::InjectedOom{static_cast<int32_t>(rank), op_id});
-  }
-  return bad(fmt::format("rank {}'s program ('{}') has no op {}", rank, program.name, op_id));
+  StatusOr<sim::InjectedOom> at = sim::InjectedOomAt(schedule, rank, op_id);
+  if (!at.ok()) return bad(at.status().message());
+  return std::optional<sim::InjectedOom>(*at);
 }
 
 namespace {
@@ -382,7 +374,7 @@ Status RunRun(const RunCommandOptions& options) {
   // Every rank loads and checks the input the same way, so bad input fails on all of them
   // before any collective.
   SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
-                              LoadInput(options.input, LoadOptions::With(options.force, options.quiet)));
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
   runtime::RunOptions run;
   run.source = options.input;
   run.out_dir = options.out_dir;

@@ -9,6 +9,10 @@ packages=(
   libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev python3
   openmpi-bin libopenmpi-dev
+  # The Python module (python/, pybind11 over Debian's /usr/bin/python3) and the notebooks
+  # (notebooks/, executed by nbconvert on the python3 kernel in ctest's "notebooks" test).
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-matplotlib python3-pandas
+  python3-ipykernel python3-nbformat python3-nbclient jupyter-nbconvert
 )
 
 missing=()

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the release build, the same tests under AddressSanitizer +
-# UndefinedBehaviorSanitizer, and a short run of each libFuzzer target over its corpus and
-# the saved regression inputs. Each configuration is built once, in its own folder.
+# Builds and runs every test: the release build (the Python module's tests and the three
+# notebooks executed top to bottom included: ctest labels "python" and "notebooks"), the same
+# tests under AddressSanitizer + UndefinedBehaviorSanitizer (there without the Python module,
+# which an instrumented build cannot load into python3), and a short run of each libFuzzer
+# target over its corpus and the saved regression inputs. Each configuration is built once,
+# in its own folder.
 #   FUZZ_SECONDS=N  seconds per fuzz target (default 20; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -25,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "shardscope/base/output_dir.h"
 #include "shardscope/traces/chrome_trace.h"
 
 namespace shardscope::traces {
@@ -545,6 +547,13 @@ std::string ImportSummaryText(const ImportedTrace& trace) {
   }
   for (const std::string& warning : trace.warnings) text += fmt::format("warning: {}\n", warning);
   return text;
+}
+
+StatusOr<std::string> WriteImportedTrace(const ImportedTrace& trace, const std::string& out_dir) {
+  SHARDSCOPE_ASSIGN_OR_RETURN(std::unique_ptr<OutputDir> out, OutputDir::Create(out_dir, {{"trace.json"}, ""}));
+  SHARDSCOPE_RETURN_IF_ERROR(WriteChromeTrace(trace.timeline, out->StagingPath("trace.json")));
+  SHARDSCOPE_RETURN_IF_ERROR(out->Commit());
+  return out->FinalPath("trace.json");
 }
 
 }  // namespace shardscope::traces

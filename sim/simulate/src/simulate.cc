@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <variant>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "shardscope/sim/simulate/cluster_links.h"
 
@@ -63,6 +66,26 @@ void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config) {
   if (profile.launch_overhead_ns) config.launch_overhead_ns = std::llround(profile.launch_overhead_ns->value);
   if (profile.compute_slowdown) config.compute_slowdown = profile.compute_slowdown->value;
   if (profile.comm_slowdown) config.comm_slowdown = profile.comm_slowdown->value;
+}
+
+StatusOr<InjectedOom> InjectedOomAt(const traces::Schedule& schedule, int64_t rank, int64_t op_id) {
+  if (rank < 0 || rank >= schedule.world_size()) {
+    return Status::InvalidInput(fmt::format("rank outside the world of {} ranks", schedule.world_size()));
+  }
+  const traces::Program& program = schedule.ProgramOf(static_cast<int32_t>(rank));
+  for (const traces::Op& op : program.ops) {
+    if (op.id != op_id) continue;
+    if (!std::holds_alternative<traces::AllocateOp>(op.payload)) {
+      return Status::InvalidInput(
+          fmt::format("op {} is a {}, not an allocate", op_id, traces::OpKindName(op.payload)));
+    }
+    return InjectedOom{static_cast<int32_t>(rank), op_id};
+  }
+  return Status::InvalidInput(fmt::format("rank {}'s program ('{}') has no op {}", rank, program.name, op_id));
+}
+
+bool ValidStraggler(int64_t rank, double factor, int32_t world) {
+  return rank >= 0 && rank < world && factor >= 1.0 && factor <= kMaxRankSlowdownFactor;
 }
 
 }  // namespace shardscope::sim

@@ -102,6 +102,11 @@ StatusOr<ImportedTrace> ImportPytorchTimelines(std::vector<std::pair<std::string
 // then per process group its size, ranks and collective counts by type, then the steps.
 std::string ImportSummaryText(const ImportedTrace& trace);
 
+// Writes the merged timeline as `out_dir`/trace.json, replacing the folder's previous one only
+// when written whole (base/output_dir.h; other files in the folder are left alone), as
+// `shardscope import -o` does. Returns the path written.
+StatusOr<std::string> WriteImportedTrace(const ImportedTrace& trace, const std::string& out_dir);
+
 // PyTorch's c10d collective name ("_allgather_base", "allreduce",
 // "reduce_scatter_tensor_coalesced", ...) or an NCCL kernel name ("ncclDevKernel_AllGather_
 // RING_LL", "ncclKernel_AllReduce_RING_LL_Sum_float") -> shardscope's collective name

@@ -155,6 +155,8 @@ using FitProgress = std::function<void(int done, int total_estimate, const FitCa
 // of those that fit. max_micro_batch is ignored.
 // Errors: max_micro_batch < 1 (InvalidInput), and failures to lower or simulate a candidate.
 // `progress` may be empty.
+// The largest micro-batch a search tries unless told (`shardscope fit --max`).
+inline constexpr int64_t kDefaultFitMaxMicroBatch = 256;
 StatusOr<FitResult> FitSearch(const Plan& base, FitDimension dimension, int64_t max_micro_batch,
                               const FitProgress& progress);
 

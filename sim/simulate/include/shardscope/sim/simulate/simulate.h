@@ -34,6 +34,18 @@ int64_t AllocatorCapacity(const SimulationSetup& setup, int32_t rank);
 // contention, stragglers and the links its communicators share (cluster_links.h).
 EngineConfig EngineConfigFor(const SimulationSetup& setup, const traces::Schedule& schedule);
 
+// The fault `simulate --inject-oom RANK:OP_ID` and `run --inject-oom` inject: op `op_id` of
+// rank `rank`'s program, which must be an allocate. Otherwise InvalidInput whose message says
+// why in a few words ("rank outside the world of 8 ranks"), for the caller to prefix with the
+// option's name. (Moved from cli/run_command.cc ParseInjectedOom.)
+StatusOr<InjectedOom> InjectedOomAt(const traces::Schedule& schedule, int64_t rank, int64_t op_id);
+
+// A straggler (`--straggler RANK:FACTOR`, EngineConfig::rank_slowdown) a world of `world`
+// ranks can take: 0 <= rank < world and 1 <= factor <= kMaxRankSlowdownFactor
+// (models/cost_provider.h; the engine refuses more). (Moved from
+// cli/check_command.cc ParseStragglers.)
+bool ValidStraggler(int64_t rank, double factor, int32_t world);
+
 // A profile's launch cost and contention factors, where fitted, into an engine configuration.
 void ApplyCalibration(const CalibrationProfile& profile, EngineConfig& config);
 

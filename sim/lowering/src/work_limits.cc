@@ -1,14 +1,12 @@
-#include "work_limits.h"
+#include "shardscope/sim/lowering/work_limits.h"
 
 #include <algorithm>
-#include <iostream>
 
 #include <fmt/format.h>
 
-#include "progress.h"
 #include "shardscope/sim/lowering/lowering.h"
 
-namespace shardscope::cli {
+namespace shardscope::sim {
 namespace {
 
 constexpr double kBytesPerGiB = 1073741824.0;
@@ -85,17 +83,21 @@ WorkEstimate ScheduleWork(const traces::Schedule& schedule, std::string driver) 
   return work;
 }
 
-StatusOr<WorkEstimate> EstimatePlanWork(const sim::Plan& plan) {
+std::string PlanWorkDriver(const Plan& plan) {
+  return fmt::format("training.grad_accum_steps {}", plan.training.grad_accum_steps);
+}
+
+StatusOr<WorkEstimate> EstimatePlanWork(const Plan& plan) {
   const int64_t steps = plan.training.grad_accum_steps;
   WorkEstimate work;
-  work.driver = fmt::format("training.grad_accum_steps {}", steps);
+  work.driver = PlanWorkDriver(plan);
   if (steps <= kSampledGradAccum) return work;  // lowered whole: ScheduleWork after it
   // Variants lower the same way; the samples leave them out, and each adds about one program.
-  sim::Plan sample = sim::WithoutDivergence(plan);
+  Plan sample = WithoutDivergence(plan);
   sample.training.grad_accum_steps = 1;
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule one, sim::LowerPlan(sample));
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule one, LowerPlan(sample));
   sample.training.grad_accum_steps = 2;
-  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule two, sim::LowerPlan(sample));
+  SHARDSCOPE_ASSIGN_OR_RETURN(traces::Schedule two, LowerPlan(sample));
   const int64_t base = OpsOf(one);
   const int64_t per_step = std::max<int64_t>(0, OpsOf(two) - base);
   int64_t ops = SaturatingAdd(base, SaturatingMul(per_step, steps - 1));
@@ -110,14 +112,14 @@ StatusOr<WorkEstimate> EstimatePlanWork(const sim::Plan& plan) {
   return work;
 }
 
-Status CheckWork(const WorkEstimate& work, const std::string& source, bool force, bool quiet) {
+Status CheckWork(const WorkEstimate& work, const std::string& source, const WorkLimits& limits) {
   const std::string what =
       fmt::format("{}: {} lowers to about {} ops (~{} in memory)", source, work.driver, work.ops, Size(work.bytes));
-  if (work.bytes > kMaxMemoryBytes && !force) {
-    return Status::InvalidInput(fmt::format("{}, more than the {} limit; lower {}, or pass --force to go on", what,
-                                            Size(kMaxMemoryBytes), Knob(work.driver)));
+  if (work.bytes > kMaxMemoryBytes && !limits.force) {
+    return Status::InvalidInput(fmt::format("{}, more than the {} limit; lower {}, or pass {} to go on", what,
+                                            Size(kMaxMemoryBytes), Knob(work.driver), limits.force_flag));
   }
-  if (work.bytes > kWarnMemoryBytes) Progress::Note(quiet, fmt::format("warning: {}", what));
+  if (work.bytes > kWarnMemoryBytes && limits.warn) limits.warn(fmt::format("warning: {}", what));
   return Status::Ok();
 }
 
@@ -131,29 +133,30 @@ SimulateEstimate EstimateSimulate(const WorkEstimate& work, int64_t traced_ranks
   return estimate;
 }
 
-Status CheckSimulate(const SimulateEstimate& estimate, int64_t traced_ranks, const std::string& driver, bool force,
-                     bool quiet) {
+Status CheckSimulate(const SimulateEstimate& estimate, int64_t traced_ranks, const std::string& driver,
+                     const WorkLimits& limits) {
   const std::string memory = fmt::format("the simulation would hold about {} in memory with {} traced rank(s)",
                                          Size(estimate.memory_bytes), traced_ranks);
   const std::string trace = fmt::format("trace.json would be about {} ({} traced rank(s); memory snapshots {} more)",
                                         Size(estimate.trace_bytes), traced_ranks, Size(estimate.snapshot_bytes));
-  const std::string fixes =
-      fmt::format("trace fewer ranks (--trace-ranks 0, or none), lower {}, or pass --force", Knob(driver));
-  if (!force && estimate.memory_bytes > kMaxMemoryBytes) {
+  const std::string fixes = fmt::format("trace fewer ranks ({}), lower {}, or pass {}", limits.fewer_ranks,
+                                        Knob(driver), limits.force_flag);
+  if (!limits.force && estimate.memory_bytes > kMaxMemoryBytes) {
     return Status::InvalidInput(fmt::format("{}, more than the {} limit; {} to go on", memory, Size(kMaxMemoryBytes),
                                             fixes));
   }
-  if (!force && estimate.trace_bytes > kMaxTraceBytes) {
+  if (!limits.force && estimate.trace_bytes > kMaxTraceBytes) {
     return Status::InvalidInput(fmt::format(
         "{}, more than the {} Perfetto's UI can open in a browser; {} to write it anyway (then open it with "
         "trace_processor --httpd)",
         trace, Size(kMaxTraceBytes), fixes));
   }
-  if (estimate.memory_bytes > kWarnMemoryBytes) Progress::Note(quiet, fmt::format("warning: {}", memory));
+  if (!limits.warn) return Status::Ok();
+  if (estimate.memory_bytes > kWarnMemoryBytes) limits.warn(fmt::format("warning: {}", memory));
   if (estimate.trace_bytes > kWarnTraceBytes) {
-    Progress::Note(quiet, fmt::format("warning: {}: Perfetto's UI may be slow; --trace-ranks traces fewer", trace));
+    limits.warn(fmt::format("warning: {}: Perfetto's UI may be slow; {} traces fewer", trace, limits.trace_ranks_flag));
   }
   return Status::Ok();
 }
 
-}  // namespace shardscope::cli
+}  // namespace shardscope::sim
