@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RequireInvalidInput(costs.status());
     return 0;
   }
-  sim::EngineConfig config = sim::EngineConfigFor(*setup, schedule.world_size());
+  sim::EngineConfig config = sim::EngineConfigFor(*setup, schedule);
   StatusOr<sim::SimulationResult> result = sim::Simulate(schedule, **costs, config, nullptr);
   if (!result.ok()) {
     // The engine's one input error is a run past the simulated-time horizon; anything else
