@@ -83,6 +83,7 @@ void BM_SimulatedOpsPerSecond(benchmark::State& state) {
   const traces::Schedule schedule = SyntheticSchedule(ranks, 2000);
   FixedCosts costs;
   EngineConfig config;
+  config.reduce_symmetry = false;  // the engine's own throughput: every rank simulated
   config.launch_overhead_ns = 4000;
   config.compute_slowdown = 0.1;
   config.comm_slowdown = 0.1;
@@ -101,10 +102,13 @@ BENCHMARK(BM_SimulatedOpsPerSecond)->Arg(8)->Arg(64)->Unit(benchmark::kMilliseco
 // Llama-3-70B, FSDP2 full shard, seq 8192, micro-batch 1, full activation checkpointing (without
 // it every rank runs out of memory, as on real H100s), on `gpus` H100s (dgx-h100 nodes).
 // range(1): 1 = the caching allocator simulated (the default), 0 = allocations ignored, to
-// measure what the allocator model costs side by side.
+// measure what the allocator model costs side by side. range(2): 1 = one rank simulated per
+// class of identical ranks (the default, EngineConfig::reduce_symmetry), 0 = every rank (the
+// full simulation, `--all-ranks`), side by side.
 void BM_Llama70bFsdp2Step(benchmark::State& state) {
   const auto gpus = static_cast<int32_t>(state.range(0));
   const bool with_allocator = state.range(1) != 0;
+  const bool reduced = state.range(2) != 0;
   const std::string yaml = fmt::format(
       "model: llama3-70b\n"
       "cluster: {{preset: dgx-h100, nodes: {}}}\n"
@@ -118,6 +122,7 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
   }
   double lower_s = 0, simulate_s = 0;
   int64_t ops = 0, events = 0;
+  int32_t simulated = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     StatusOr<traces::Schedule> schedule = LowerPlan(*plan);
@@ -130,6 +135,7 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     ClusterCostProvider costs(*schedule, setup->cluster);
     EngineConfig config = EngineConfigFor(*setup, *schedule);
     config.memory.enabled = with_allocator;
+    config.reduce_symmetry = reduced;
     auto result = Simulate(*schedule, costs, config, nullptr);
     const auto t2 = std::chrono::steady_clock::now();
     if (!result.ok()) {
@@ -140,9 +146,11 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
     simulate_s += std::chrono::duration<double>(t2 - t1).count();
     ops += result->ops_executed;
     events += result->events_processed;
+    simulated = result->symmetry.simulated_ranks;
     benchmark::DoNotOptimize(result->makespan_ns);
   }
   const double n = static_cast<double>(state.iterations());
+  state.counters["simulated_ranks"] = simulated;
   state.counters["events_per_op"] = static_cast<double>(events) / static_cast<double>(ops);
   state.SetItemsProcessed(ops);
   state.counters["lower_ms"] = lower_s / n * 1e3;
@@ -151,8 +159,10 @@ void BM_Llama70bFsdp2Step(benchmark::State& state) {
   state.counters["peak_rss_MiB"] = PeakRssMiB();
 }
 BENCHMARK(BM_Llama70bFsdp2Step)
-    ->ArgsProduct({{128, 1024, 8192}, {1, 0}})
-    ->ArgNames({"gpus", "allocator"})
+    ->ArgsProduct({{128, 1024, 8192}, {1, 0}, {0}})            // the full simulation, as before
+    ->ArgsProduct({{128, 1024, 8192, 16384, 131072}, {1}, {1}})  // reduced (the default)
+    ->Args({16384, 1, 0})                                      // 16,384 in full, beside it
+    ->ArgNames({"gpus", "allocator", "reduced"})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 

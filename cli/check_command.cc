@@ -65,6 +65,7 @@ struct CheckOptions {
   double held_gib = static_cast<double>(sim::FaultSweepOptions{}.held_bytes) / static_cast<double>(int64_t{1} << 30);
   bool quiet = false;
   bool force = false;
+  bool all_ranks = false;
 };
 
 Status RunCheck(const CheckOptions& options) {
@@ -77,7 +78,7 @@ Status RunCheck(const CheckOptions& options) {
   SHARDSCOPE_RETURN_IF_ERROR(sim::ValidateCheckSettings(settings));
   Progress::Note(options.quiet, fmt::format("loading {}", options.input));
   SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
-                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet, options.all_ranks)));
   const traces::Schedule& schedule = loaded.schedule;
   if (!options.ranks.empty()) {
     SHARDSCOPE_ASSIGN_OR_RETURN(settings.oom_ranks, ParseRankList(options.ranks, schedule.world_size(), "--ranks"));
@@ -129,6 +130,7 @@ CommandRunner AddCheckCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
   cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
+  cmd->add_flag("--all-ranks", options->all_ranks, kAllRanksHelp);
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunCheck(*options);

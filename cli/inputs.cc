@@ -15,9 +15,10 @@ sim::WorkLimits WorkLimitsWith(bool force, bool quiet) {
   return limits;
 }
 
-LoadOptions LoadOptionsWith(bool force, bool quiet) {
+LoadOptions LoadOptionsWith(bool force, bool quiet, bool all_ranks) {
   LoadOptions options;
   options.limits = WorkLimitsWith(force, quiet);
+  options.simulate_every_rank = all_ranks;
   return options;
 }
 

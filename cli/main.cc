@@ -68,6 +68,7 @@ struct SimulateOptions {
   std::string inject_oom;               // RANK:OP_ID
   bool quiet = false;
   bool force = false;                   // past the work and trace-size limits (lowering/work_limits.h)
+  bool all_ranks = false;               // every rank simulated (EngineConfig::reduce_symmetry off)
 };
 
 Status RunSimulate(const SimulateOptions& options) {
@@ -79,7 +80,7 @@ Status RunSimulate(const SimulateOptions& options) {
     SHARDSCOPE_ASSIGN_OR_RETURN(std::vector<int32_t> ranks, ParseTraceRanks(options.trace_ranks, world));
     return static_cast<int64_t>(ranks.size());
   };
-  cli::LoadOptions load = cli::LoadOptionsWith(options.force, options.quiet);
+  cli::LoadOptions load = cli::LoadOptionsWith(options.force, options.quiet, options.all_ranks);
   load.traced_ranks = traced_ranks;
   SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(options.input, load));
   const traces::Schedule& schedule = loaded.schedule;
@@ -130,7 +131,7 @@ Status RunSimulate(const SimulateOptions& options) {
 }
 
 // `simulate --compare A B`: both simulated without traces, the summaries side by side.
-Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force) {
+Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force, bool all_ranks) {
   struct Run {
     cli::LoadedInput loaded;
     sim::SimulationResult result;
@@ -138,7 +139,8 @@ Status RunCompare(const std::vector<std::string>& inputs, bool quiet, bool force
   std::vector<Run> runs;
   for (const std::string& input : inputs) {
     cli::Progress::Note(quiet, fmt::format("simulating {}", input));
-    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded, cli::LoadInput(input, cli::LoadOptionsWith(force, quiet)));
+    SHARDSCOPE_ASSIGN_OR_RETURN(cli::LoadedInput loaded,
+                                cli::LoadInput(input, cli::LoadOptionsWith(force, quiet, all_ranks)));
     SHARDSCOPE_ASSIGN_OR_RETURN(sim::SimulationResult result, sim::SimulateUntraced(loaded));
     runs.push_back(Run{std::move(loaded), std::move(result)});
   }
@@ -270,6 +272,7 @@ int main(int argc, char** argv) {
   simulate_cmd->add_flag("-q,--quiet", simulate.quiet, "No progress messages or warnings on stderr");
   simulate_cmd->add_flag("--force", simulate.force,
                          "Go on past the size limits (a schedule over 8 GiB in memory, a trace.json over 2 GiB)");
+  simulate_cmd->add_flag("--all-ranks", simulate.all_ranks, cli::kAllRanksHelp);
 
   std::string schedule_input, schedule_output;
   bool schedule_listing = false;
@@ -339,7 +342,7 @@ int main(int argc, char** argv) {
   try {
     if (*simulate_cmd) {
       if (!compare_inputs.empty()) {
-        status = RunCompare(compare_inputs, simulate.quiet, simulate.force);
+        status = RunCompare(compare_inputs, simulate.quiet, simulate.force, simulate.all_ranks);
       } else if (simulate.input.empty()) {
         status = Status::InvalidInput("simulate: expected a plan or schedule file, or --compare A.yaml B.yaml");
       } else {

@@ -44,11 +44,12 @@ struct MemoryOptions {
   bool json = false;
   bool quiet = false;
   bool force = false;
+  bool all_ranks = false;
 };
 
 Status RunMemory(const MemoryOptions& options) {
   SHARDSCOPE_ASSIGN_OR_RETURN(LoadedInput loaded,
-                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet)));
+                              LoadInput(options.input, LoadOptionsWith(options.force, options.quiet, options.all_ranks)));
   Progress::Note(options.quiet, fmt::format("simulating the memory of {} ({} ranks)", options.input,
                                             loaded.schedule.world_size()));
   const traces::Schedule& schedule = loaded.schedule;
@@ -131,6 +132,7 @@ CommandRunner AddMemoryCommand(CLI::App& app) {
   cmd->add_flag("--json", options->json, "Print the breakdowns as JSON");
   cmd->add_flag("-q,--quiet", options->quiet, "No progress messages or warnings on stderr");
   cmd->add_flag("--force", options->force, "Go on past the size limit (a schedule over 8 GiB in memory)");
+  cmd->add_flag("--all-ranks", options->all_ranks, kAllRanksHelp);
   return [cmd, options]() -> std::optional<Status> {
     if (!*cmd) return std::nullopt;
     return RunMemory(*options);

@@ -42,6 +42,7 @@ std::shared_ptr<const AllocatorLog> Engine::BuildAllocatorLog(const RankState& l
   RankState scratch;
   scratch.program = like.program;
   scratch.rank = like.rank;
+  scratch.state = like.state;
   scratch.streams.resize(like.streams.size());
   scratch.stats.memory.capacity_bytes = like.stats.memory.capacity_bytes;
   scratch.alloc_events = std::make_unique<AllocatorEvents>(*this, &scratch);
@@ -213,7 +214,7 @@ bool Engine::CatchOom(RankState& r, int64_t t) {
     r.host.pc = static_cast<int32_t>(i);
     r.host.clock = t;
     r.host.wait = HostWait::kResumeScheduled;
-    Push(t, HostResume{r.rank});
+    Push(t, HostResume{r.state});
     return true;
   }
   return false;
@@ -229,10 +230,10 @@ void Engine::AgreeOnOom(std::span<const Participant> members, const CollectiveRu
   agreement.seq = run.seq + 1;
   agreement.time_ns = now_;
   for (const Participant& p : members) {
-    RankState& r = ranks_[static_cast<size_t>(p.rank)];
-    agreement.ranks.push_back(p.rank);
+    RankState& r = ranks_[static_cast<size_t>(p.state)];
+    agreement.ranks.push_back(r.rank);
     if (r.oom_caught && p.op_index == r.oom_resume_pc) {
-      agreement.oom_ranks.push_back(p.rank);
+      agreement.oom_ranks.push_back(r.rank);
       if (agreement.op_id < 0) agreement.op_id = OpOf(r, p.op_index).id;
     }
     if (!r.halted) {

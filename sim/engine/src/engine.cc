@@ -32,26 +32,43 @@ StatusOr<SimulationResult> Engine::Run() {
           fmt::format("injected OOM: rank {} has no allocate op with id {}", oom.rank, oom.op_id));
     }
   }
+  // One state per class of identical ranks (rank_classes.h), or per rank.
+  if (config_.reduce_symmetry) {
+    classes_ = ComputeRankClasses(schedule_, costs_, config_, observer_);
+    reduced_ = classes_.reduced();
+  }
+  const int32_t states = reduced_ ? classes_.classes() : world;
+  quorum_.resize(schedule_.communicators.size());
+  for (size_t c = 0; c < schedule_.communicators.size(); ++c) {
+    quorum_[c] = static_cast<int32_t>(reduced_ ? classes_.members_by_class[c].size()
+                                               : schedule_.communicators[c].ranks.size());
+  }
   // The resource models decide every rate; the loop below only asks for the next completion.
   ResourceModelsConfig models;
   models.compute_sharing = config_.compute_sharing;
   models.contention = {config_.compute_slowdown, config_.comm_slowdown};
-  models.links = config_.links;
+  models.links = reduced_ ? classes_.links : config_.links;
   models.link_topologies = config_.link_topologies;
   SHARDSCOPE_ASSIGN_OR_RETURN(auto resource_models,
                               MakeResourceModels(models, static_cast<int32_t>(schedule_.communicators.size())));
-  activities_.emplace(world, std::move(resource_models), &next_seq_);
-  ranks_.resize(static_cast<size_t>(world));
+  activities_.emplace(states, std::move(resource_models), &next_seq_);
+  ranks_.resize(static_cast<size_t>(states));
   rendezvous_.resize(schedule_.communicators.size());
-  for (int32_t rank = 0; rank < world; ++rank) {
-    RankState& r = ranks_[static_cast<size_t>(rank)];
+  for (int32_t state = 0; state < states; ++state) {
+    RankState& r = ranks_[static_cast<size_t>(state)];
+    const int32_t rank = reduced_ ? classes_.representative[static_cast<size_t>(state)] : state;
     const traces::RankBinding& binding = schedule_.ranks[static_cast<size_t>(rank)];
     r.rank = rank;
+    r.state = state;
+    r.weight = reduced_ ? classes_.class_size[static_cast<size_t>(state)] : 1;
     r.program = &schedule_.ProgramOf(rank);
     {
       auto [it, inserted] = durations_.try_emplace(r.program);
       if (inserted) it->second.assign(r.program->ops.size(), -1);
       r.durations = &it->second;
+      auto [copies, copies_inserted] = copy_durations_.try_emplace(r.program);
+      if (copies_inserted) copies->second.assign(r.program->ops.size(), -1);
+      r.copy_durations = &copies->second;
     }
     {
       auto [it, inserted] = has_checkpoint_.try_emplace(r.program, false);
@@ -65,8 +82,12 @@ StatusOr<SimulationResult> Engine::Run() {
     r.stats.streams.resize(r.program->streams.size());
     r.event_last_record.assign(r.program->events.size(), -1);
     r.comm_of_slot = binding.comm_binding;
+    r.own_comm_of_slot = &binding.comm_binding;
     if (r.comm_of_slot.size() != r.program->comm_slots.size()) {
       return Status::Internal(fmt::format("rank {}: communicator slots are not bound", rank));
+    }
+    if (reduced_) {
+      for (int32_t& comm : r.comm_of_slot) comm = classes_.comm_representative[static_cast<size_t>(comm)];
     }
     // Two slots bound to one communicator share its serialization lane.
     for (size_t slot = 0; slot < r.comm_of_slot.size(); ++slot) {
@@ -117,25 +138,30 @@ StatusOr<SimulationResult> Engine::Run() {
         }
       }
     }
-    Push(0, HostResume{rank});
+    Push(0, HostResume{state});
     r.host.wait = HostWait::kResumeScheduled;
   }
 
   int64_t total_ops = 0;
-  for (const RankState& r : ranks_) total_ops += static_cast<int64_t>(r.program->ops.size());
+  for (const RankState& r : ranks_) total_ops += static_cast<int64_t>(r.program->ops.size()) * r.weight;
   constexpr int64_t kProgressEvery = int64_t{1} << 20;  // events between progress calls
   EventPayload payload;
+  int64_t instant = now_;
   while (PopNext(payload)) {
+    if (observer_ != nullptr && now_ != instant) {
+      observer_->OnInstantDone();
+      instant = now_;
+    }
     if (config_.progress && (events_processed_ & (kProgressEvery - 1)) == 0 && total_ops > 0) {
       config_.progress(static_cast<double>(ops_executed_) / static_cast<double>(total_ops));
     }
     ++events_processed_;
     if (const auto* resume = std::get_if<HostResume>(&payload)) {
-      RankState& r = ranks_[static_cast<size_t>(resume->rank)];
+      RankState& r = ranks_[static_cast<size_t>(resume->state)];
       r.host.wait = HostWait::kNone;
       RunHost(r);
     } else if (const auto* wake = std::get_if<StreamWake>(&payload)) {
-      RankState& r = ranks_[static_cast<size_t>(wake->rank)];
+      RankState& r = ranks_[static_cast<size_t>(wake->state)];
       StreamState& s = r.streams[static_cast<size_t>(wake->stream)];
       if (s.wake_at == now_) s.wake_at = -1;
       AdvanceStream(r, wake->stream);
@@ -145,6 +171,7 @@ StatusOr<SimulationResult> Engine::Run() {
     }
   }
 
+  if (observer_ != nullptr) observer_->OnInstantDone();
   if (!past_event_.empty()) return Status::Internal(past_event_);
   if (passed_horizon_ || activities_->PassedHorizon()) {
     // Only an input out of scale gets here (schedule.h's limits keep real jobs far below).
@@ -157,7 +184,11 @@ StatusOr<SimulationResult> Engine::Run() {
   result.ops_executed = ops_executed_;
   result.events_processed = events_processed_;
   result.oom_agreed = oom_agreed_;
-  result.ranks.reserve(ranks_.size());
+  result.symmetry.simulated_ranks = static_cast<int32_t>(ranks_.size());
+  result.symmetry.reduced = reduced_;
+  if (config_.reduce_symmetry && !reduced_) result.symmetry.why_not = classes_.why_not;
+  std::vector<RankStats> per_state;
+  per_state.reserve(ranks_.size());
   for (RankState& r : ranks_) {
     bool streams_idle = std::all_of(r.streams.begin(), r.streams.end(),
                                     [](const StreamState& s) { return s.Idle(); });
@@ -172,15 +203,18 @@ StatusOr<SimulationResult> Engine::Run() {
     }
     if (!r.stats.finished && !r.stats.oom_handled) {
       result.hung = true;
-      result.blocked.push_back(DescribeBlocked(r));
+      // A reduced run that hangs is simulated again in full (Simulate): its states stand for
+      // classes, not the ranks a hang report names.
+      if (!reduced_) result.blocked.push_back(DescribeBlocked(r));
     }
     // Without checkpoint ops the step is the whole run (host time after the last span, an
     // out-of-memory stop, included).
     if (!r.has_checkpoint_ops) r.stats.step_end_ns = r.stats.end_ns;
     result.makespan_ns = std::max(result.makespan_ns, r.stats.end_ns);
     result.step_ns = std::max(result.step_ns, r.stats.step_end_ns);
-    result.ranks.push_back(std::move(r.stats));
+    per_state.push_back(std::move(r.stats));
   }
+  result.ranks = reduced_ ? RankResults(std::move(per_state), classes_.class_of_rank) : RankResults(std::move(per_state));
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
     const RankStats& stats = result.ranks[rank];
     if (stats.collective_wait_caused_ns < kStragglerMinWaitNs) continue;
@@ -188,7 +222,7 @@ StatusOr<SimulationResult> Engine::Run() {
     result.straggler = Straggler{static_cast<int32_t>(rank), stats.last_arrivals, stats.collectives,
                                  stats.collective_wait_caused_ns};
   }
-  if (result.hung) result.rendezvous = PendingRendezvouses();
+  if (result.hung && !reduced_) result.rendezvous = PendingRendezvouses();
   return result;
 }
 
@@ -231,10 +265,43 @@ SHARDSCOPE_ENGINE_HOT bool Engine::PopNext(EventPayload& payload) {
 
 }  // namespace engine_internal
 
-StatusOr<SimulationResult> Simulate(const traces::Schedule& schedule, const CostProvider& costs,
-                                    const EngineConfig& config, EngineObserver* observer) {
+namespace {
+
+StatusOr<SimulationResult> RunEngine(const traces::Schedule& schedule, const CostProvider& costs,
+                                     const EngineConfig& config, EngineObserver* observer) {
   engine_internal::Engine engine(schedule, costs, config, observer);
   return engine.Run();
+}
+
+// A reduced run that hangs or agrees on an OOM: its report names ranks, communicators and
+// arrival orders one by one, which only the full run has.
+bool NeedsFullRun(const SimulationResult& result) { return result.symmetry.reduced && (result.hung || result.oom_agreed); }
+
+}  // namespace
+
+StatusOr<SimulationResult> Simulate(const traces::Schedule& schedule, const CostProvider& costs,
+                                    const EngineConfig& config, EngineObserver* observer) {
+  if (!config.reduce_symmetry) return RunEngine(schedule, costs, config, observer);
+  EngineConfig full = config;
+  full.reduce_symmetry = false;
+  if (observer != nullptr) {
+    // The observer sees spans as they happen, so whether the run needs the full simulation is
+    // found first by a reduced run it does not watch (a few milliseconds at any scale).
+    EngineConfig probe_config = config;
+    probe_config.progress = nullptr;
+    SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult probe, RunEngine(schedule, costs, probe_config, nullptr));
+    if (NeedsFullRun(probe)) {
+      SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, RunEngine(schedule, costs, full, observer));
+      result.symmetry.why_not = probe.hung ? "the reduced run hangs: simulated in full" : "the reduced run agrees on an OOM: simulated in full";
+      return result;
+    }
+  }
+  SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, RunEngine(schedule, costs, config, observer));
+  if (!NeedsFullRun(result)) return result;
+  const bool hung = result.hung;
+  SHARDSCOPE_ASSIGN_OR_RETURN(result, RunEngine(schedule, costs, full, observer));
+  result.symmetry.why_not = hung ? "the reduced run hangs: simulated in full" : "the reduced run agrees on an OOM: simulated in full";
+  return result;
 }
 
 }  // namespace shardscope::sim

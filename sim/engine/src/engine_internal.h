@@ -42,6 +42,7 @@
 #include <fmt/format.h>
 
 #include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/engine/rank_classes.h"
 #include "shardscope/sim/models/activity_set.h"
 
 // On a function whose only caller is in the same file: inline it there, as the compiler did
@@ -103,17 +104,24 @@ struct AllocatorLog;
 
 struct RankState {
   const Program* program = nullptr;
-  // Per op of the program: the kernel's or copy's duration at full speed, -1 until first
+  // Per op of the program: the kernel's duration at full speed, -1 until first
   // asked. Shared by the ranks running the program (the cost provider is deterministic).
   std::vector<int64_t>* durations = nullptr;
+  // The same for memcpy ops, kept apart: a duration in `durations` means "a kernel" to the
+  // kernel hand-over (HandOverKernel), which must never run a copy as a compute kernel.
+  std::vector<int64_t>* copy_durations = nullptr;
   bool has_checkpoint_ops = false;         // the program has checkpoint-phase ops
-  int32_t rank = 0;
+  int32_t rank = 0;                        // the rank (a class's representative when reduced)
+  int32_t state = 0;                       // index into Engine::ranks_ (the rank when not reduced)
+  int64_t weight = 1;                      // ranks it stands for (its class's size)
   HostState host;
   std::vector<StreamState> streams;
   std::vector<int64_t> event_last_record;  // per EventIndex: most recent record, -1 none
   std::vector<int64_t> record_done;        // per record: completion time, -1 pending
   std::vector<int32_t> lane_of_slot;       // CommSlot -> index into lanes
-  std::vector<int32_t> comm_of_slot;       // CommSlot -> global communicator
+  std::vector<int32_t> comm_of_slot;       // CommSlot -> global communicator (its class's
+                                           // representative when reduced)
+  const std::vector<int32_t>* own_comm_of_slot = nullptr;  // the rank's own binding
   std::vector<CommLane> lanes;
   int64_t last_change_ns = 0;              // for integrating compute/comm/overlap time
   int32_t kernels_running = 0;             // compute activities on this GPU (as the models
@@ -166,7 +174,7 @@ struct AllocatorLog {
 };
 
 struct Participant {
-  int32_t rank = 0;
+  int32_t state = 0;     // index into Engine::ranks_
   int32_t stream = 0;
   int32_t op_index = 0;  // also the launch's correlation id
 };
@@ -224,8 +232,8 @@ struct CostKey {
   auto operator<=>(const CostKey&) const = default;
 };
 
-struct HostResume { int32_t rank; };
-struct StreamWake { int32_t rank; int32_t stream; };
+struct HostResume { int32_t state; };
+struct StreamWake { int32_t state; int32_t stream; };
 struct ActivityDone { int32_t activity; uint32_t version; };
 using EventPayload = std::variant<HostResume, StreamWake, ActivityDone>;
 
@@ -354,7 +362,7 @@ class Engine {
     StreamState& s = r.streams[static_cast<size_t>(stream)];
     if (s.wake_at == time) return;
     s.wake_at = time;
-    Push(time, StreamWake{r.rank, stream});
+    Push(time, StreamWake{r.state, stream});
   }
   void AdvanceStream(RankState& r, int32_t stream);
   void OnRecordDone(RankState& r, int64_t record);
@@ -366,7 +374,9 @@ class Engine {
   void ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, const CollectiveOp& op);
   void StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
                        int64_t bytes, int64_t seq);
-  void AttributeWaits(const std::vector<Participant>& members);
+  void AttributeWaits(int32_t comm, const std::vector<Participant>& members);
+  // The members of representative communicator `comm` that state `state` stands for.
+  int64_t Multiplicity(int32_t comm, int32_t state) const;
   void StartCompute(RankState& r, int32_t stream, const QueueItem& item, int64_t work_ns,
                     ActivityKind kind);
   void FinishActivity(int32_t id);
@@ -411,7 +421,11 @@ class Engine {
     std::shared_ptr<const AllocatorLog> log;
   };
   std::map<std::pair<int32_t, int64_t>, LogSlot> allocator_logs_;  // (program, capacity)
+  // One state per rank, or per class of ranks with the symmetry reduction (rank_classes.h).
   std::vector<RankState> ranks_;
+  RankClasses classes_;
+  bool reduced_ = false;
+  std::vector<int32_t> quorum_;  // per communicator: the arrivals that start its collective
   // Work running on the GPUs, rated by the resource models (activity_set.h), and the engine's
   // side of each, by the same id.
   std::optional<ActivitySet> activities_;
@@ -420,7 +434,8 @@ class Engine {
   std::vector<Rendezvous> rendezvous_;      // per communicator
   std::unordered_map<P2pKey, P2pPending, P2pKeyHash> p2p_;
   std::map<CostKey, CollectiveCost> cost_cache_;
-  std::map<const Program*, std::vector<int64_t>> durations_;  // RankState::durations
+  std::map<const Program*, std::vector<int64_t>> durations_;       // RankState::durations
+  std::map<const Program*, std::vector<int64_t>> copy_durations_;  // RankState::copy_durations
   int64_t ops_executed_ = 0;
   int64_t events_processed_ = 0;
   std::optional<OomAgreement> oom_agreed_;
@@ -456,6 +471,18 @@ inline void Engine::EmitDevice(RankState& r, const Participant& p, int64_t start
       HashCombine(static_cast<uint64_t>(p.op_index) << 8 | static_cast<uint64_t>(p.stream) | 0x80, static_cast<uint64_t>(start)),
       static_cast<uint64_t>(end));
   if (r.want_trace) {
+    // Reduced, a collective runs on its class's representative communicator: the span names
+    // the rank's own (a traced rank's communicators are their own class's, so they agree).
+    CollectiveRun own;
+    if (run != nullptr && reduced_) {
+      const auto& coll = std::get<CollectiveOp>(OpOf(r, p.op_index).payload);
+      const int32_t comm = (*r.own_comm_of_slot)[static_cast<size_t>(coll.comm)];
+      if (comm != run->communicator) {
+        own = *run;
+        own.communicator = comm;
+        run = &own;
+      }
+    }
     observer_->OnDeviceSpan(DeviceSpan{r.rank, p.stream, p.op_index, start, end, p.op_index, run});
   }
 }

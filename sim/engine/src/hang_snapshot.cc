@@ -200,8 +200,9 @@ std::vector<PendingRendezvous> Engine::PendingRendezvouses() const {
     pending.seq = rv.seq + 1;
     pending.mismatch = rv.mismatch;
     for (const Participant& p : rv.arrived) {
-      const auto& coll = std::get<CollectiveOp>(OpOf(ranks_[static_cast<size_t>(p.rank)], p.op_index).payload);
-      pending.arrived.push_back({p.rank, p.stream, p.op_index, coll.type, coll.bytes, coll.dtype});
+      const RankState& r = ranks_[static_cast<size_t>(p.state)];
+      const auto& coll = std::get<CollectiveOp>(OpOf(r, p.op_index).payload);
+      pending.arrived.push_back({r.rank, p.stream, p.op_index, coll.type, coll.bytes, coll.dtype});
     }
     out.push_back(std::move(pending));
   }

@@ -84,7 +84,7 @@ void Engine::RunHost(RankState& r) {
             if (t > now_) {
               // Observing the device: let the global clock catch up with the host first.
               host.wait = HostWait::kResumeScheduled;
-              Push(t, HostResume{r.rank});
+              Push(t, HostResume{r.state});
               yielded = true;
               return;
             }
@@ -125,7 +125,7 @@ void Engine::RunHost(RankState& r) {
             if (t > now_ && !LogOutcomeIsTimeless(r, pc)) {
               // The allocator looks at device progress (completed free events): decide at t.
               host.wait = HostWait::kResumeScheduled;
-              Push(t, HostResume{r.rank});
+              Push(t, HostResume{r.state});
               yielded = true;
               return;
             }
@@ -144,7 +144,7 @@ void Engine::RunHost(RankState& r) {
         op.payload);
     if (yielded) return;
     ++host.pc;
-    ++ops_executed_;
+    ops_executed_ += r.weight;
   }
   host.wait = HostWait::kDone;
   r.stats.end_ns = std::max(r.stats.end_ns, host.clock);
@@ -156,11 +156,11 @@ void Engine::UnblockHost(RankState& r) {
   r.stats.host_busy_ns += host.pending_cost_ns;  // e.g. the cudaFree calls after a retry's sync
   EmitHost(r, host.pc, HostSpanKind::kSynchronize, host.wait_start, now_ + host.pending_cost_ns, -1);
   ++host.pc;
-  ++ops_executed_;
+  ops_executed_ += r.weight;
   host.clock = now_ + host.pending_cost_ns;
   host.pending_cost_ns = 0;
   host.wait = HostWait::kResumeScheduled;
-  Push(now_, HostResume{r.rank});
+  Push(now_, HostResume{r.state});
 }
 
 // ---- Allocations and frees, as the host issues them (the allocator itself: allocator_hooks.cc)

@@ -38,9 +38,8 @@ void Engine::ArriveCollective(RankState& r, int32_t stream, const QueueItem& ite
     rv.mismatch = true;  // NCCL would hang or corrupt memory: never start it
   }
   rv.max_bytes = std::max(rv.max_bytes, op.bytes);
-  rv.arrived.push_back(Participant{r.rank, stream, item.op_index});
-  const auto& members = schedule_.communicators[static_cast<size_t>(comm)].ranks;
-  if (rv.arrived.size() < members.size() || rv.mismatch) return;
+  rv.arrived.push_back(Participant{r.state, stream, item.op_index});
+  if (rv.arrived.size() < static_cast<size_t>(quorum_[static_cast<size_t>(comm)]) || rv.mismatch) return;
   std::vector<Participant> participants = std::move(rv.arrived);
   rv.arrived.clear();
   const CollectiveOp& first = *rv.first;
@@ -55,7 +54,7 @@ void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, cons
   const bool is_send = op.type == CollectiveType::kSend;
   P2pKey key{comm, is_send ? r.rank : op.peer, is_send ? op.peer : r.rank};
   P2pPending& pending = p2p_[key];
-  Participant me{r.rank, stream, item.op_index};
+  Participant me{r.state, stream, item.op_index};
   if (is_send) {
     pending.has_send = true;
     pending.send = me;
@@ -65,40 +64,51 @@ void Engine::ArriveP2p(RankState& r, int32_t stream, const QueueItem& item, cons
   }
   if (!pending.has_send || !pending.has_recv) return;
   std::vector<Participant> members = {pending.send, pending.recv};
-  const int32_t send_rank = pending.send.rank;
   const CollectiveOp& send_op = std::get<CollectiveOp>(
-      OpOf(ranks_[static_cast<size_t>(send_rank)], pending.send.op_index).payload);
+      OpOf(ranks_[static_cast<size_t>(pending.send.state)], pending.send.op_index).payload);
   const int64_t seq = pending.seq++;
   pending.has_send = pending.has_recv = false;
   StartCollective(comm, std::move(members), send_op, send_op.bytes, seq);
 }
 
+// The members of representative communicator `comm` that `state` stands for: its class's
+// members there (classes are few per communicator: a linear search).
+int64_t Engine::Multiplicity(int32_t comm, int32_t state) const {
+  if (!reduced_) return 1;
+  for (const auto& [klass, count] : classes_.members_by_class[static_cast<size_t>(comm)]) {
+    if (klass == state) return count;
+  }
+  return 1;
+}
+
 // The instance starts now, when its last member arrived: who was last, and for how long the
-// others had waited (see RankStats::last_arrivals). O(members), no allocation.
-void Engine::AttributeWaits(const std::vector<Participant>& members) {
-  int32_t last_rank = -1;
-  int32_t arrived_now = 0;
+// others had waited (see RankStats::last_arrivals). Reduced, a participant stands for its
+// class's members in the communicator, who arrived together. O(members), no allocation.
+void Engine::AttributeWaits(int32_t comm, const std::vector<Participant>& members) {
+  int32_t last_state = -1;
+  int64_t arrived_now = 0;
   int64_t waited_ns = 0;
   for (const Participant& p : members) {
-    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    RankState& r = ranks_[static_cast<size_t>(p.state)];
     ++r.stats.collectives;
     const int64_t arrived = r.streams[static_cast<size_t>(p.stream)].arrived_ns;
+    const int64_t members_here = Multiplicity(comm, p.state);
     if (arrived >= now_) {
-      ++arrived_now;
-      last_rank = p.rank;
+      arrived_now += members_here;
+      last_state = p.state;
     } else {
-      waited_ns += now_ - arrived;
+      waited_ns += members_here * (now_ - arrived);
     }
   }
   if (arrived_now != 1) return;  // a tie: nobody was late
-  RankStats& late = ranks_[static_cast<size_t>(last_rank)].stats;
+  RankStats& late = ranks_[static_cast<size_t>(last_state)].stats;
   ++late.last_arrivals;
   late.collective_wait_caused_ns += waited_ns;
 }
 
 void Engine::StartCollective(int32_t comm, std::vector<Participant> members, const CollectiveOp& op,
                              int64_t bytes, int64_t seq) {
-  AttributeWaits(members);
+  AttributeWaits(comm, members);
   const CostKey key{comm, op.type, bytes};
   auto cached = cost_cache_.find(key);
   if (cached == cost_cache_.end()) {
@@ -107,10 +117,10 @@ void Engine::StartCollective(int32_t comm, std::vector<Participant> members, con
   // Time with compute / comm is integrated up to now before the collective joins its GPUs.
   member_ranks_.clear();
   for (const Participant& p : members) {
-    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    RankState& r = ranks_[static_cast<size_t>(p.state)];
     Integrate(r);
     ++r.collectives_running;
-    member_ranks_.push_back(p.rank);
+    member_ranks_.push_back(p.state);
   }
   const ActivityId id = activities_->Start(ActivityKind::kComm, static_cast<double>(cached->second.duration_ns),
                                            member_ranks_,
@@ -121,7 +131,7 @@ void Engine::StartCollective(int32_t comm, std::vector<Participant> members, con
   a.members = std::move(members);
   a.run = CollectiveRun{comm, seq, cached->second};
   for (const Participant& p : a.members) {
-    ranks_[static_cast<size_t>(p.rank)].streams[static_cast<size_t>(p.stream)].running_activity = id;
+    ranks_[static_cast<size_t>(p.state)].streams[static_cast<size_t>(p.stream)].running_activity = id;
   }
 }
 

@@ -14,7 +14,7 @@ void Engine::PopFront(RankState& r, int32_t stream) {
   if (host.wait == HostWait::kQueueFull && host.wait_target == stream) {
     host.clock = std::max(now_, host.launch_blocked_since);
     host.wait = HostWait::kResumeScheduled;
-    Push(host.clock, HostResume{r.rank});
+    Push(host.clock, HostResume{r.state});
     // The resume runs within this instant: bring the op it starts with into the cache now.
     __builtin_prefetch(&r.program->ops[static_cast<size_t>(host.pc)]);
   }
@@ -47,7 +47,7 @@ void Engine::AdvanceStream(RankState& r, int32_t stream) {
       return;
     }
     if (const auto* copy = std::get_if<traces::MemcpyOp>(&op.payload)) {
-      int64_t& ns = (*r.durations)[static_cast<size_t>(item.op_index)];
+      int64_t& ns = (*r.copy_durations)[static_cast<size_t>(item.op_index)];
       if (ns < 0) ns = costs_.MemcpyNs(copy->kind, copy->bytes);
       StartCompute(r, stream, item, Slowed(r, ns), ActivityKind::kCopy);
       return;
@@ -119,13 +119,13 @@ void Engine::StartCompute(RankState& r, int32_t stream, const QueueItem& item, i
     Integrate(r);
     ++r.kernels_running;
   }
-  const int32_t gpu = r.rank;
+  const int32_t gpu = r.state;
   const ActivityId id = activities_->Start(kind, static_cast<double>(work_ns), {&gpu, 1}, CollectiveWork{}, now_);
   DeviceActivity& a = DeviceActivityOf(id);
   a.kind = kind;
   a.ahead_begin = a.ahead_end = 0;
   a.start_ns = now_;
-  a.one = Participant{r.rank, stream, item.op_index};
+  a.one = Participant{r.state, stream, item.op_index};
   r.streams[static_cast<size_t>(stream)].running_activity = id;
 }
 
@@ -143,14 +143,14 @@ void Engine::FinishActivity(ActivityId id) {
   const CollectiveRun run = a.run;
   if (kind != ActivityKind::kCopy) {
     for (const Participant& p : members) {
-      RankState& r = ranks_[static_cast<size_t>(p.rank)];
+      RankState& r = ranks_[static_cast<size_t>(p.state)];
       Integrate(r);
       --(kind == ActivityKind::kCompute ? r.kernels_running : r.collectives_running);
     }
   }
   activities_->Finish(id, now_);
   for (const Participant& p : members) {
-    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    RankState& r = ranks_[static_cast<size_t>(p.state)];
     StreamState& s = r.streams[static_cast<size_t>(p.stream)];
     s.running_activity = -1;
     s.at_rendezvous = false;
@@ -162,19 +162,19 @@ void Engine::FinishActivity(ActivityId id) {
     EmitDevice(r, p, start, now_, kind == ActivityKind::kComm ? &run : nullptr);
   }
   if (kind == ActivityKind::kComm && config_.oom_catch_and_sync) {
-    const RankState& first = ranks_[static_cast<size_t>(members.front().rank)];
+    const RankState& first = ranks_[static_cast<size_t>(members.front().state)];
     const bool sync_point = std::get<CollectiveOp>(OpOf(first, members.front().op_index).payload).oom_sync;
     // A member's flag is 1 only in the collective it skipped to after its OOM (the host
     // fills the flag before the launch; the host may run ahead of earlier agreements).
     if (sync_point && std::any_of(members.begin(), members.end(), [&](const Participant& p) {
-          const RankState& r = ranks_[static_cast<size_t>(p.rank)];
+          const RankState& r = ranks_[static_cast<size_t>(p.state)];
           return r.oom_caught && p.op_index == r.oom_resume_pc;
         })) {
       AgreeOnOom(members, run);  // before the streams advance: no host resumes past it
     }
   }
   for (const Participant& p : members) {
-    RankState& r = ranks_[static_cast<size_t>(p.rank)];
+    RankState& r = ranks_[static_cast<size_t>(p.state)];
     if (kind == ActivityKind::kComm) {
       const auto& coll = std::get<CollectiveOp>(OpOf(r, p.op_index).payload);
       CommLane& lane = r.lanes[static_cast<size_t>(r.lane_of_slot[static_cast<size_t>(coll.comm)])];
@@ -185,7 +185,8 @@ void Engine::FinishActivity(ActivityId id) {
   }
 }
 
-// A kernel op's duration at full speed, cached per program; -1 for other ops.
+// A kernel op's duration at full speed, cached per program; -1 for other ops (their durations
+// are never in this cache: a copy cached here would be handed over to as a kernel).
 int64_t Engine::KernelDuration(const RankState& r, int32_t op_index) {
   int64_t& ns = (*r.durations)[static_cast<size_t>(op_index)];
   if (ns < 0) {
@@ -204,7 +205,7 @@ SHARDSCOPE_ENGINE_HOT bool Engine::HandOverKernel(ActivityId id) {
   DeviceActivity& a = device_activities_[static_cast<size_t>(id)];
   if (a.kind != ActivityKind::kCompute) return false;
   const Participant p = a.one;
-  RankState& r = ranks_[static_cast<size_t>(p.rank)];
+  RankState& r = ranks_[static_cast<size_t>(p.state)];
   StreamState& s = r.streams[static_cast<size_t>(p.stream)];
   if (a.ahead_begin == a.ahead_end) {
     // Refill the look-ahead from the queue: the items behind the running one (queue[0]).

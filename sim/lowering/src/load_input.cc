@@ -41,6 +41,7 @@ StatusOr<LoadedInput> LoadInput(const std::string& path, const LoadOptions& opti
     LoadedInput loaded;
     SHARDSCOPE_ASSIGN_OR_RETURN(loaded.schedule, traces::ReadScheduleFile(path));
     SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, SetupFromSchedule(loaded.schedule, path));
+    loaded.setup.simulate_every_rank = options.simulate_every_rank;
     SHARDSCOPE_RETURN_IF_ERROR(CheckTraced(options, ScheduleWork(loaded.schedule, kScheduleDriver),
                                                loaded.schedule.world_size(), loaded.setup.cluster.gpus_per_node));
     return loaded;
@@ -67,6 +68,7 @@ StatusOr<LoadedInput> LoadPlan(Plan plan, const std::string& label, const LoadOp
   }
   loaded.plan = std::move(plan);
   SHARDSCOPE_ASSIGN_OR_RETURN(loaded.setup, SetupFromSchedule(loaded.schedule, label));
+  loaded.setup.simulate_every_rank = options.simulate_every_rank;
   return loaded;
 }
 

@@ -121,9 +121,16 @@ CalibratedCostProvider::CalibratedCostProvider(const traces::Schedule& schedule,
                                                const CostProvider& base, CalibrationProfile profile)
     : base_(base), profile_(std::move(profile)), compute_(cluster.gpu) {
   group_sizes_.reserve(schedule.communicators.size());
-  for (const traces::Communicator& c : schedule.communicators) {
-    group_sizes_.push_back(static_cast<int32_t>(c.ranks.size()));
+  std::map<std::pair<int64_t, int32_t>, int32_t> keys;
+  for (size_t c = 0; c < schedule.communicators.size(); ++c) {
+    group_sizes_.push_back(static_cast<int32_t>(schedule.communicators[c].ranks.size()));
+    const std::pair<int64_t, int32_t> key{base_.CommunicatorCostKey(static_cast<int32_t>(c)), group_sizes_.back()};
+    cost_keys_.push_back(keys.try_emplace(key, static_cast<int32_t>(keys.size())).first->second);
   }
+}
+
+int64_t CalibratedCostProvider::CommunicatorCostKey(int32_t communicator) const {
+  return cost_keys_[static_cast<size_t>(communicator)];
 }
 
 const GemmCalibration* CalibratedCostProvider::FindGemm(DType dtype, double flops) const {
@@ -225,6 +232,7 @@ StatusOr<std::unique_ptr<CostProvider>> MakeCalibratedCostProvider(const traces:
     CollectiveCost Collective(CollectiveType t, int64_t b, int32_t c) const override {
       return calibrated_.Collective(t, b, c);
     }
+    int64_t CommunicatorCostKey(int32_t c) const override { return calibrated_.CommunicatorCostKey(c); }
 
    private:
     ClusterCostProvider base_;

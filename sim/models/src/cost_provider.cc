@@ -14,9 +14,21 @@ using traces::Schedule;
 ClusterCostProvider::ClusterCostProvider(const Schedule& schedule, const ClusterSpec& cluster)
     : compute_(cluster.gpu, ComputeModelConfig::Default()), nccl_(NcclModelConfig::For(cluster.nccl)) {
   topologies_.reserve(schedule.communicators.size());
+  topology_key_.reserve(schedule.communicators.size());
+  std::vector<size_t> distinct;  // index into topologies_ of each distinct topology
   for (const traces::Communicator& comm : schedule.communicators) {
     topologies_.push_back(TopologyOf(cluster, comm.ranks));
+    const CommTopology& t = topologies_.back();
+    // Few distinct shapes (one per group size and node span), so a linear search.
+    size_t key = 0;
+    while (key < distinct.size() && !(topologies_[distinct[key]] == t)) ++key;
+    if (key == distinct.size()) distinct.push_back(topologies_.size() - 1);
+    topology_key_.push_back(static_cast<int32_t>(key));
   }
+}
+
+int64_t ClusterCostProvider::CommunicatorCostKey(int32_t communicator) const {
+  return topology_key_[static_cast<size_t>(communicator)];
 }
 
 int64_t ClusterCostProvider::KernelNs(const traces::ComputeDesc& desc) const {

@@ -82,7 +82,7 @@ void AddTags(const traces::Program& program, const traces::Op& op, traces::Slice
 
 }  // namespace
 
-void TraceRecorder::OnHostSpan(const HostSpan& span) {
+void TraceRecorder::WriteHostSpan(const HostSpan& span) {
   const traces::Program& program = schedule_.ProgramOf(span.rank);
   const traces::Op& op = program.ops[static_cast<size_t>(span.op_index)];
   traces::Slice slice;
@@ -125,7 +125,7 @@ void TraceRecorder::OnHostSpan(const HostSpan& span) {
   if (span.correlation >= 0) launch_starts_[FlowId(span.rank, span.correlation)] = span.start_ns;
 }
 
-void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
+void TraceRecorder::WriteDeviceSpan(const DeviceSpan& span) {
   const traces::Program& program = schedule_.ProgramOf(span.rank);
   const traces::Op& op = program.ops[static_cast<size_t>(span.op_index)];
   traces::Slice slice;
@@ -191,7 +191,9 @@ void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
   }
 }
 
-void TraceRecorder::OnMemory(int32_t rank, int64_t ts_ns, int64_t allocated, int64_t reserved) {
+void TraceRecorder::WriteMemory(const MemorySample& memory) {
+  const int32_t rank = memory.rank;
+  const int64_t ts_ns = memory.ts_ns, allocated = memory.allocated, reserved = memory.reserved;
   traces::CounterSample sample;
   sample.pid = rank;
   sample.ts_ns = ts_ns;
@@ -200,7 +202,10 @@ void TraceRecorder::OnMemory(int32_t rank, int64_t ts_ns, int64_t allocated, int
   sink_.OnCounter(sample);
 }
 
-void TraceRecorder::OnMemoryEvent(int32_t rank, int64_t ts_ns, std::string_view what, int64_t bytes) {
+void TraceRecorder::WriteMemoryEvent(const MemoryEvent& event) {
+  const int32_t rank = event.rank;
+  const int64_t ts_ns = event.ts_ns, bytes = event.bytes;
+  const std::string_view what = event.what;
   traces::Instant instant;
   instant.pid = rank;
   instant.tid = 0;
@@ -210,6 +215,41 @@ void TraceRecorder::OnMemoryEvent(int32_t rank, int64_t ts_ns, std::string_view 
   instant.scope = what == "oom" ? 'p' : 't';
   instant.args.push_back({"bytes", bytes});
   sink_.OnInstant(instant);
+}
+
+void TraceRecorder::OnHostSpan(const HostSpan& span) { instant_.push_back(Call{span.rank, 0, span, {}}); }
+
+void TraceRecorder::OnDeviceSpan(const DeviceSpan& span) {
+  Call call{span.rank, span.stream + 1, span, {}};
+  if (span.collective != nullptr) call.collective = *span.collective;
+  instant_.push_back(std::move(call));
+}
+
+void TraceRecorder::OnMemory(int32_t rank, int64_t ts_ns, int64_t allocated, int64_t reserved) {
+  instant_.push_back(Call{rank, 0, MemorySample{rank, ts_ns, allocated, reserved}, {}});
+}
+
+void TraceRecorder::OnMemoryEvent(int32_t rank, int64_t ts_ns, std::string_view what, int64_t bytes) {
+  instant_.push_back(Call{rank, 0, MemoryEvent{rank, ts_ns, what, bytes}, {}});
+}
+
+void TraceRecorder::OnInstantDone() {
+  // Each lane's calls keep their order (a stable sort); lanes and ranks take a fixed one.
+  std::stable_sort(instant_.begin(), instant_.end(),
+                   [](const Call& a, const Call& b) { return a.rank != b.rank ? a.rank < b.rank : a.lane < b.lane; });
+  for (Call& call : instant_) {
+    if (auto* host = std::get_if<HostSpan>(&call.what)) {
+      WriteHostSpan(*host);
+    } else if (auto* device = std::get_if<DeviceSpan>(&call.what)) {
+      if (device->collective != nullptr) device->collective = &call.collective;
+      WriteDeviceSpan(*device);
+    } else if (auto* memory = std::get_if<MemorySample>(&call.what)) {
+      WriteMemory(*memory);
+    } else {
+      WriteMemoryEvent(std::get<MemoryEvent>(call.what));
+    }
+  }
+  instant_.clear();
 }
 
 std::vector<int32_t> DefaultTraceRanks(const SimulationResult& result, int32_t gpus_per_node) {
@@ -406,7 +446,9 @@ std::string ReportJson(const Schedule& schedule, const SimulationSetup& setup, c
   // The hang explained: wait-for graph, root causes, watchdog (docs/REPORT.md); only present
   // when the step does not complete (the reports of completed steps keep their layout).
   if (result.hung) j["hang_report"] = nlohmann::ordered_json::parse(HangReportJson(schedule, AnalyzeHang(schedule, result)));
-  j["simulator"] = {{"ops_executed", result.ops_executed}, {"events_processed", result.events_processed}};
+  // Host ops over every rank. (The engine's event count is not here: it depends on how the run
+  // was simulated, one rank per class of identical ranks or every rank, and the report does not.)
+  j["simulator"] = {{"ops_executed", result.ops_executed}};
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (size_t rank = 0; rank < result.ranks.size(); ++rank) {
     const RankStats& r = result.ranks[rank];

@@ -53,6 +53,7 @@ EngineConfig EngineConfigFor(const SimulationSetup& setup, const Schedule& sched
   ClusterLinks links = ClusterLinksFor(schedule, setup.cluster, NcclModelConfig::For(setup.cluster.nccl));
   config.links = std::move(links.links);
   config.link_topologies = std::move(links.topologies);
+  config.reduce_symmetry = !setup.simulate_every_rank;
   return config;
 }
 

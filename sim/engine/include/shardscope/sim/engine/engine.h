@@ -39,7 +39,9 @@
 #define SHARDSCOPE_SIM_ENGINE_H_
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -129,6 +131,11 @@ struct EngineConfig {
   std::map<int32_t, double> rank_slowdown;
   // Called now and then with the fraction of host ops retired so far (for progress bars).
   std::function<void(double)> progress;
+  // Simulate one rank per class of ranks whose timelines are identical (rank_classes.h) and
+  // give every rank its class's results. Exact: the results equal the full simulation's. A
+  // run that hangs or agrees on an OOM is simulated again in full (its report names ranks and
+  // communicators one by one). false: every rank is simulated (`--all-ranks`).
+  bool reduce_symmetry = true;
 };
 
 // What the host thread spent a span of time on.
@@ -172,6 +179,13 @@ class EngineObserver {
   // A notable allocator event: "segment_alloc", "alloc_retry", "oom".
   virtual void OnMemoryEvent(int32_t /*rank*/, int64_t /*ts_ns*/, std::string_view /*what*/,
                              int64_t /*bytes*/) {}
+  // The engine's clock left an instant (and the run ended): every call made while events of
+  // that instant were processed has been made. Within an instant the calls of one rank's host
+  // thread, and of each of its streams, come in their own order, but how the calls of different
+  // ranks and streams interleave depends on the order same-time events were processed in, which
+  // differs between the full and the reduced simulation (EngineConfig::reduce_symmetry): an
+  // observer whose output must not depend on it orders each instant's calls by rank and lane.
+  virtual void OnInstantDone() {}
 };
 
 // Where a rank ran out of memory.
@@ -359,18 +373,81 @@ struct PendingRendezvous {
   bool mismatch = false;
 };
 
+// Per-rank results, indexed by rank. Ranks of one class of the symmetry reduction share one
+// RankStats (memory stays flat in the world size); read it as a vector.
+class RankResults {
+ public:
+  RankResults() = default;
+  // One entry per rank.
+  explicit RankResults(std::vector<RankStats> per_rank) : stats_(std::move(per_rank)) {}
+  // `per_class[class_of_rank[r]]` is rank r's.
+  RankResults(std::vector<RankStats> per_class, std::vector<int32_t> class_of_rank)
+      : stats_(std::move(per_class)), class_of_rank_(std::move(class_of_rank)) {}
+
+  size_t size() const { return class_of_rank_.empty() ? stats_.size() : class_of_rank_.size(); }
+  bool empty() const { return size() == 0; }
+  const RankStats& operator[](size_t rank) const {
+    return class_of_rank_.empty() ? stats_[rank] : stats_[static_cast<size_t>(class_of_rank_[rank])];
+  }
+  // The distinct entries (one per class, or one per rank).
+  const std::vector<RankStats>& distinct() const { return stats_; }
+
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = RankStats;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const RankStats*;
+    using reference = const RankStats&;
+    const_iterator(const RankResults* results, size_t rank) : results_(results), rank_(rank) {}
+    reference operator*() const { return (*results_)[rank_]; }
+    pointer operator->() const { return &(*results_)[rank_]; }
+    const_iterator& operator++() {
+      ++rank_;
+      return *this;
+    }
+    const_iterator operator++(int) {
+      const_iterator before = *this;
+      ++rank_;
+      return before;
+    }
+    bool operator==(const const_iterator& other) const { return rank_ == other.rank_; }
+
+   private:
+    const RankResults* results_;
+    size_t rank_;
+  };
+  const_iterator begin() const { return const_iterator(this, 0); }
+  const_iterator end() const { return const_iterator(this, size()); }
+
+ private:
+  std::vector<RankStats> stats_;
+  std::vector<int32_t> class_of_rank_;  // empty: one entry per rank
+};
+
+// How many ranks the engine simulated (EngineConfig::reduce_symmetry).
+struct SymmetryReduction {
+  int32_t simulated_ranks = 0;        // ranks simulated (one per class), or the world size
+  bool reduced = false;               // fewer than the world size, the results expanded
+  // Why the run was not reduced, when it was asked to be ("" when it was, or when every rank
+  // differs): "rank 3 binds communicators 'a' and 'b' of one class", "the reduced run hung:
+  // simulated again in full".
+  std::string why_not;
+};
+
 struct SimulationResult {
   int64_t makespan_ns = 0;            // max over ranks of end_ns
   int64_t step_ns = 0;                // max over ranks of step_end_ns: the training step
                                       // without a checkpoint that follows it
-  std::vector<RankStats> ranks;
+  RankResults ranks;
   bool hung = false;
   std::vector<BlockedRank> blocked;   // non-empty when hung
   std::vector<PendingRendezvous> rendezvous;  // when hung: collectives partly arrived
   std::optional<OomAgreement> oom_agreed;     // catch_and_sync: the first OOM agreement
   std::optional<Straggler> straggler;         // see Straggler
   int64_t ops_executed = 0;           // host ops retired over all ranks
-  int64_t events_processed = 0;
+  int64_t events_processed = 0;       // by the engine (fewer when the run was reduced)
+  SymmetryReduction symmetry;
 };
 
 // Runs the whole schedule. The schedule must have passed ValidateSchedule. `observer` may

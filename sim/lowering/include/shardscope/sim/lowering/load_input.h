@@ -34,6 +34,8 @@ struct LoadOptions {
   // fail on a bad --trace-ranks). When set, what the simulation will hold and write is checked
   // too (CheckSimulate), before a plan is lowered.
   std::function<StatusOr<int64_t>(int32_t world, int32_t gpus_per_node)> traced_ranks;
+  // `--all-ranks`: the setup simulates every rank (SimulationSetup::simulate_every_rank).
+  bool simulate_every_rank = false;
 };
 
 // A file whose first non-blank character is '{' is a schedule JSON; anything else is a YAML

@@ -72,6 +72,9 @@ struct SimulationSetup {
   std::vector<ConventionFigures> mfu_conventions;
   DeviceMemorySetup device_memory;
   InitProgram init;                     // metadata "init.*" (empty: no init phase simulated)
+  // `--all-ranks`: simulate every rank instead of one per class of identical ranks
+  // (EngineConfig::reduce_symmetry; the results are the same, only slower). Not metadata.
+  bool simulate_every_rank = false;
 };
 
 // Reads the setup from a schedule's metadata (written by LowerPlan). Keys that are absent

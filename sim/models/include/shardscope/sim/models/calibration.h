@@ -123,6 +123,8 @@ class CalibratedCostProvider : public CostProvider {
   int64_t KernelNs(const traces::ComputeDesc& desc) const override;
   int64_t MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const override;
   CollectiveCost Collective(traces::CollectiveType type, int64_t bytes, int32_t communicator) const override;
+  // The base's key refined by the group size the fitted rows are looked up by.
+  int64_t CommunicatorCostKey(int32_t communicator) const override;
   const CalibrationProfile& profile() const { return profile_; }
 
  private:
@@ -135,6 +137,7 @@ class CalibratedCostProvider : public CostProvider {
   CalibrationProfile profile_;
   ComputeModel compute_;               // peaks and the default floor / memory efficiency
   std::vector<int32_t> group_sizes_;   // per communicator
+  std::vector<int32_t> cost_keys_;     // per communicator: distinct (base key, group size)
 };
 
 // The provider a simulation uses with `cluster: {calibration: profile.yaml}`: a

@@ -25,6 +25,10 @@ class CostProvider {
   // `communicator` is an index into Schedule::communicators.
   virtual CollectiveCost Collective(traces::CollectiveType type, int64_t bytes,
                                     int32_t communicator) const = 0;
+  // Communicators with equal keys cost the same for every collective type and size (the
+  // engine's symmetry reduction runs one of them for all; engine/rank_classes.h). The default
+  // keeps every communicator apart, which is always right.
+  virtual int64_t CommunicatorCostKey(int32_t communicator) const { return communicator; }
 };
 
 // Host-side costs the engine charges (defaults and their sources in sim/plan/src/plan_defaults.cc).
@@ -57,11 +61,14 @@ class ClusterCostProvider : public CostProvider {
   int64_t KernelNs(const traces::ComputeDesc& desc) const override;
   int64_t MemcpyNs(traces::MemcpyKind kind, int64_t bytes) const override;
   CollectiveCost Collective(traces::CollectiveType type, int64_t bytes, int32_t communicator) const override;
+  // Communicators of the same shape on the cluster (CommTopology) cost the same.
+  int64_t CommunicatorCostKey(int32_t communicator) const override;
 
  private:
   ComputeModel compute_;
   NcclModel nccl_;
   std::vector<CommTopology> topologies_;
+  std::vector<int32_t> topology_key_;  // per communicator: the index of its distinct topology
 };
 
 // NCCL 2.23+ refuses a collective whose function the knobs (NCCL_ALGO, NCCL_PROTO,

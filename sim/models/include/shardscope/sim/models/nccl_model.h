@@ -63,6 +63,7 @@ struct CommTopology {
   // switch's latency.
   int32_t leaf_groups = 1;
   int64_t switch_latency_ns = 0;
+  bool operator==(const CommTopology&) const = default;  // every field: what NCCL's costs read
 };
 
 // Builds the topology of a communicator made of `ranks` on `cluster`.

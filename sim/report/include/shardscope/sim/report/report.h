@@ -9,6 +9,7 @@
 #include <array>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "shardscope/sim/models/compute_model.h"
@@ -27,6 +28,9 @@ namespace shardscope::sim {
 
 // Turns engine spans of the chosen ranks into timeline events (Kineto conventions: pid =
 // rank, tid 0 = host thread, tid 1 + stream index = stream; launch -> kernel "ac2g" flows).
+// The calls of each engine instant are written in (rank, lane) order, lane 0 the host thread
+// and its memory counters, lane 1 + s stream s (EngineObserver::OnInstantDone), so trace.json
+// is the same byte for byte however the run was simulated.
 class TraceRecorder : public EngineObserver {
  public:
   TraceRecorder(const traces::Schedule& schedule, std::vector<int32_t> ranks, traces::TimelineSink& sink);
@@ -35,12 +39,35 @@ class TraceRecorder : public EngineObserver {
   void OnDeviceSpan(const DeviceSpan& span) override;
   void OnMemory(int32_t rank, int64_t ts_ns, int64_t allocated, int64_t reserved) override;
   void OnMemoryEvent(int32_t rank, int64_t ts_ns, std::string_view what, int64_t bytes) override;
+  void OnInstantDone() override;
 
  private:
+  struct MemorySample {
+    int32_t rank;
+    int64_t ts_ns, allocated, reserved;
+  };
+  struct MemoryEvent {
+    int32_t rank;
+    int64_t ts_ns;
+    std::string_view what;  // a literal ("oom", ...)
+    int64_t bytes;
+  };
+  struct Call {
+    int32_t rank = 0;
+    int32_t lane = 0;
+    std::variant<HostSpan, DeviceSpan, MemorySample, MemoryEvent> what;
+    CollectiveRun collective;  // a DeviceSpan's (its pointer is the engine's, gone after the call)
+  };
+  void WriteHostSpan(const HostSpan& span);
+  void WriteDeviceSpan(const DeviceSpan& span);
+  void WriteMemory(const MemorySample& sample);
+  void WriteMemoryEvent(const MemoryEvent& event);
+
   const traces::Schedule& schedule_;
   std::vector<bool> wanted_;
   traces::TimelineSink& sink_;
   std::unordered_map<int64_t, int64_t> launch_starts_;  // flow id -> launch start, until bound
+  std::vector<Call> instant_;  // this instant's calls, in arrival order
 };
 
 // The ranks a trace shows by default: the first node, plus the first rank of every group of
