@@ -28,6 +28,7 @@ CommandRunner AddCalibrateCommand(CLI::App& app);  // shardscope calibrate MEASU
 CommandRunner AddDiffCommand(CLI::App& app);    // shardscope diff PREDICTED MEASURED (diff_command.cc)
 CommandRunner AddRunCommand(CLI::App& app);     // shardscope run PLAN -o DIR (run_command.cc)
 CommandRunner AddFlightRecorderCommand(CLI::App& app);  // shardscope flight-recorder DIR (flight_recorder_command.cc)
+CommandRunner AddTuneCommand(CLI::App& app);    // shardscope tune PLAN --gpus N (tune_command.cc)
 // shardscope alloc-replay --snapshot FILE.pickle (alloc_snapshot_command.cc); the option
 // lives on main.cc's alloc-replay. Exit 0 exact, 1 diverges (kInternal), 2 bad input.
 Status RunAllocReplaySnapshot(const std::string& path, bool json, int64_t device_memory_bytes);

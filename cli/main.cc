@@ -327,7 +327,8 @@ int main(int argc, char** argv) {
   const std::vector<shardscope::cli::CommandRunner> more_runners = {
       shardscope::cli::AddImportCommand(app), shardscope::cli::AddCalibrateCommand(app),
       shardscope::cli::AddRunCommand(app), shardscope::cli::AddDiffCommand(app),
-      shardscope::cli::AddAnalyzeCommand(app), shardscope::cli::AddFlightRecorderCommand(app)};
+      shardscope::cli::AddAnalyzeCommand(app), shardscope::cli::AddFlightRecorderCommand(app),
+      shardscope::cli::AddTuneCommand(app)};
 
   try {
     app.parse(argc, argv);

@@ -5,11 +5,12 @@
 # which an instrumented build cannot load into python3), and a short run of each libFuzzer
 # target over its corpus and the saved regression inputs. Each configuration is built once,
 # in its own folder.
-#   FUZZ_SECONDS=N  seconds per fuzz target (default 20; 0 skips fuzzing)
+#   FUZZ_SECONDS=N  seconds per fuzz target (default 10: a smoke run in CI's budget; give 600 for
+#                   a real campaign; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_seconds=${FUZZ_SECONDS:-10}
 
 echo "== release build + tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHARDSCOPE_BENCH=ON >/dev/null
@@ -20,8 +21,13 @@ echo "== ASan + UBSan build + tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSHARDSCOPE_SANITIZE=ON \
   -DSHARDSCOPE_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
+# Under the sanitizers, not the numerical suite (fidelity) nor the tests that repeat a release
+# test's code paths on every example for an equality the release build already holds: the
+# symmetry reduction against the full run on every example (its randomized plans do run here)
+# and the two-process determinism test.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE fidelity
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE fidelity \
+  -E '^(SymmetryExactness\.EveryBundledExample|cli_determinism)$'
 
 if [ "$fuzz_seconds" -gt 0 ]; then
   echo "== fuzzers (${fuzz_seconds}s each)"
@@ -30,10 +36,10 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   # Only the fuzz targets (and the libraries they link): the runtime, profiler and CLI are
   # built and tested by the two configurations above.
   cmake --build build-fuzz -j "$jobs" --target schedule_reader_fuzz trace_reader_fuzz trace_gzip_fuzz plan_loader_fuzz \
-    plan_sources_fuzz pickle_reader_fuzz flight_recorder_fuzz snapshot_reader_fuzz simulate_fuzz
+    plan_sources_fuzz pickle_reader_fuzz flight_recorder_fuzz snapshot_reader_fuzz simulate_fuzz tune_candidates_fuzz
   for target in schedule_reader_fuzz:schedule trace_reader_fuzz:trace trace_gzip_fuzz:trace_gzip plan_loader_fuzz:plan \
       plan_sources_fuzz:plan_sources pickle_reader_fuzz:pickle flight_recorder_fuzz:flight_recorder \
-      snapshot_reader_fuzz:snapshot simulate_fuzz:simulate; do
+      snapshot_reader_fuzz:snapshot simulate_fuzz:simulate tune_candidates_fuzz:tune; do
     name=${target%%:*}
     corpus=${target##*:}
     work=$(mktemp -d)

@@ -72,10 +72,59 @@ void SumBf16(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   auto* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; ++i) b[i] = FloatToBf16(Bf16ToFloat(a[i]) + Bf16ToFloat(b[i]));
 }
+// IEEE binary16 by hand (no _Float16: clang 14 has none on x86-64), rounding to nearest even
+// as a hardware conversion does.
+float Fp16ToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  uint32_t mantissa = h & 0x3FFu;
+  uint32_t bits = 0;
+  if (exponent == 0x1F) {
+    bits = sign | 0x7F800000u | (mantissa << 13);  // inf, nan
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {  // subnormal: normalize
+    uint32_t e = 113;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((mantissa & 0x3FFu) << 13);
+  } else {
+    bits = sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+uint16_t FloatToFp16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const int32_t exponent = static_cast<int32_t>((bits >> 23) & 0xFFu);
+  uint32_t mantissa = bits & 0x7FFFFFu;
+  if (exponent == 0xFF) return static_cast<uint16_t>(sign | 0x7C00u | (mantissa != 0 ? 0x200u : 0u));
+  const int32_t half_exponent = exponent - 112;
+  if (half_exponent >= 0x1F) return static_cast<uint16_t>(sign | 0x7C00u);  // overflow: inf
+  if (half_exponent <= 0) {  // subnormal or zero
+    if (half_exponent < -10) return sign;
+    mantissa |= 0x800000u;
+    const auto shift = static_cast<uint32_t>(14 - half_exponent);
+    uint32_t value = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (value & 1u))) ++value;
+    return static_cast<uint16_t>(sign | value);
+  }
+  uint32_t value = (static_cast<uint32_t>(half_exponent) << 10) | (mantissa >> 13);
+  const uint32_t rest = mantissa & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (value & 1u))) ++value;  // may carry into inf: correct
+  return static_cast<uint16_t>(sign | value);
+}
 void SumFp16(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  auto* a = static_cast<const _Float16*>(in);
-  auto* b = static_cast<_Float16*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = static_cast<_Float16>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = FloatToFp16(Fp16ToFloat(a[i]) + Fp16ToFloat(b[i]));
 }
 
 struct MpiTypeAndOp {

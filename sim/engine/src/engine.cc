@@ -275,7 +275,9 @@ StatusOr<SimulationResult> RunEngine(const traces::Schedule& schedule, const Cos
 
 // A reduced run that hangs or agrees on an OOM: its report names ranks, communicators and
 // arrival orders one by one, which only the full run has.
-bool NeedsFullRun(const SimulationResult& result) { return result.symmetry.reduced && (result.hung || result.oom_agreed); }
+bool NeedsFullRun(const SimulationResult& result, const EngineConfig& config) {
+  return config.rerun_hangs_in_full && result.symmetry.reduced && (result.hung || result.oom_agreed);
+}
 
 }  // namespace
 
@@ -284,20 +286,20 @@ StatusOr<SimulationResult> Simulate(const traces::Schedule& schedule, const Cost
   if (!config.reduce_symmetry) return RunEngine(schedule, costs, config, observer);
   EngineConfig full = config;
   full.reduce_symmetry = false;
-  if (observer != nullptr) {
+  if (observer != nullptr && config.rerun_hangs_in_full) {
     // The observer sees spans as they happen, so whether the run needs the full simulation is
     // found first by a reduced run it does not watch (a few milliseconds at any scale).
     EngineConfig probe_config = config;
     probe_config.progress = nullptr;
     SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult probe, RunEngine(schedule, costs, probe_config, nullptr));
-    if (NeedsFullRun(probe)) {
+    if (NeedsFullRun(probe, config)) {
       SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, RunEngine(schedule, costs, full, observer));
       result.symmetry.why_not = probe.hung ? "the reduced run hangs: simulated in full" : "the reduced run agrees on an OOM: simulated in full";
       return result;
     }
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, RunEngine(schedule, costs, config, observer));
-  if (!NeedsFullRun(result)) return result;
+  if (!NeedsFullRun(result, config)) return result;
   const bool hung = result.hung;
   SHARDSCOPE_ASSIGN_OR_RETURN(result, RunEngine(schedule, costs, full, observer));
   result.symmetry.why_not = hung ? "the reduced run hangs: simulated in full" : "the reduced run agrees on an OOM: simulated in full";

@@ -275,6 +275,10 @@ std::string_view ModelImplementationName(ModelImplementation implementation) {
   return NameOf(kImplementations, implementation);
 }
 std::string_view RmsNormKernelName(RmsNormKernel kernel) { return NameOf(kRmsNormKernels, kernel); }
+std::string_view CheckpointingName(ActivationCheckpointing ac) { return NameOf(plan_internal::kCheckpointing, ac); }
+std::string_view Fsdp1ShardingStrategyName(Fsdp1ShardingStrategy strategy) {
+  return NameOf(plan_internal::kFsdp1ShardingStrategies, strategy);
+}
 
 std::string_view StrategyName(Strategy strategy) {
   for (const auto& entry : kStrategies) {

@@ -136,6 +136,11 @@ struct EngineConfig {
   // run that hangs or agrees on an OOM is simulated again in full (its report names ranks and
   // communicators one by one). false: every rank is simulated (`--all-ranks`).
   bool reduce_symmetry = true;
+  // false: a reduced run that hangs or agrees on an OOM keeps its reduced result instead of
+  // being simulated again in full. Every RankStats is still exact (memory.oom and finished
+  // included), but `blocked` and `rendezvous` are empty: no hang report can be made from it.
+  // For callers that only need the verdict (`tune`).
+  bool rerun_hangs_in_full = true;
 };
 
 // What the host thread spent a span of time on.

@@ -319,6 +319,10 @@ std::string_view InitDeviceName(InitDevice device);  // "cpu", "cuda", "meta"
 // The plan-file spellings of the precision and of the resolved kernel choices ("pure_bf16",
 // "torchtitan", "composite"), for the schedule's metadata.
 std::string_view PrecisionName(Precision precision);
+// training.activation_checkpointing and fsdp1.sharding_strategy as a plan spells them
+// ("selective_op", "_HYBRID_SHARD_ZERO2").
+std::string_view CheckpointingName(ActivationCheckpointing ac);
+std::string_view Fsdp1ShardingStrategyName(Fsdp1ShardingStrategy strategy);
 std::string_view ModelImplementationName(ModelImplementation implementation);
 std::string_view RmsNormKernelName(RmsNormKernel kernel);
 
