@@ -24,11 +24,11 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=
 cmake --build build-asan -j "$jobs"
 # Under the sanitizers, not the numerical suite (fidelity) nor the tests that repeat a release
 # test's code paths on every example for an equality the release build already holds: the
-# symmetry reduction against the full run on every example (its randomized plans do run here)
-# and the two-process determinism test.
+# symmetry reduction against the full run on every example, for simulate, for hangs and for
+# check's text (its randomized plans do run here), and the two-process determinism test.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE fidelity \
-  -E '^(SymmetryExactness\.EveryBundledExample|cli_determinism)$'
+  -E '^(SymmetryExactness\.(EveryBundledExample|HangsOfEveryBundledExample|CheckTextOfSmallExamples)|cli_determinism)$'
 
 if [ "$fuzz_seconds" -gt 0 ]; then
   echo "== fuzzers (${fuzz_seconds}s each)"

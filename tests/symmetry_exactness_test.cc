@@ -2,7 +2,9 @@
 // identical ranks gives report.json, trace.json, the Flight Recorder dumps and the memory
 // snapshots byte for byte as simulating every rank does, on every bundled example and on a
 // randomized set of plans (strategies, meshes, links, stragglers, divergent ranks, OOMs, hangs;
-// 40, or 12 under the sanitizers).
+// 40, or 12 under the sanitizers). A hang found by a reduced run without an observer (check's
+// fault sweep) is described rank by rank from its classes: the hang report, every blocked
+// rank and every pending rendezvous equal the full run's, and so does `check`'s whole text.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -15,9 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "shardscope/sim/engine/engine.h"
+#include "shardscope/sim/hangs/check.h"
+#include "shardscope/sim/hangs/hang.h"
 #include "shardscope/sim/lowering/load_input.h"
 #include "shardscope/sim/plan/plan.h"
 #include "shardscope/sim/report/simulate_run.h"
+#include "shardscope/sim/simulate/simulate.h"
 #include "shardscope/traces/chrome_trace.h"
 
 namespace shardscope {
@@ -197,19 +203,21 @@ std::string RandomPlan(std::mt19937_64& rng) {
   return yaml;
 }
 
-// Plans compared: fewer under the sanitizers, where each costs ten times as much (the release
-// build compares all of them).
 #if defined(__SANITIZE_ADDRESS__)
-constexpr int kRandomPlans = 12;
+constexpr bool kUnderSanitizers = true;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-constexpr int kRandomPlans = 12;
+constexpr bool kUnderSanitizers = true;
 #else
-constexpr int kRandomPlans = 40;
+constexpr bool kUnderSanitizers = false;
 #endif
 #else
-constexpr int kRandomPlans = 40;
+constexpr bool kUnderSanitizers = false;
 #endif
+
+// Plans compared: fewer under the sanitizers, where each costs ten times as much (the release
+// build compares all of them).
+constexpr int kRandomPlans = kUnderSanitizers ? 12 : 40;
 
 TEST(SymmetryExactness, RandomizedPlans) {
   std::mt19937_64 rng(20261202);
@@ -237,6 +245,142 @@ TEST(SymmetryExactness, RandomizedPlans) {
   }
   EXPECT_EQ(tally.compared, kRandomPlans) << refused << " of " << drawn << " drawn plans were refused";
   EXPECT_GE(tally.reduced, kRandomPlans / 2) << "too few reduced runs: " << tally.reduced;
+}
+
+// What a hang leaves for its report, as text: the report's JSON, each blocked rank's
+// description and each pending rendezvous's arrivals.
+std::string HangText(const traces::Schedule& schedule, const sim::SimulationResult& result) {
+  std::string text = fmt::format("hung {} oom_agreed {}\n", result.hung, result.oom_agreed.has_value());
+  if (!result.hung) return text;
+  text += sim::HangReportJson(schedule, sim::AnalyzeHang(schedule, result, sim::HangOptions{})) + "\n";
+  for (const sim::BlockedRank& b : result.blocked) {
+    text += fmt::format("rank {}: {}", b.rank, b.host);
+    for (const std::string& stream : b.streams) text += " | " + stream;
+    for (const sim::CommLaneState& lane : b.lanes) text += fmt::format(" lane {} {}/{}", lane.communicator, lane.completed, lane.issued);
+    for (const auto& [index, pending] : b.pending) {
+      text += fmt::format(" pending {}@{} #{} arrived {}", index, pending.communicator, pending.seq, pending.arrived_ns);
+    }
+    text += "\n";
+  }
+  for (const sim::PendingRendezvous& rv : result.rendezvous) {
+    text += fmt::format("rendezvous {} #{} mismatch {}:", rv.communicator, rv.seq, rv.mismatch);
+    std::vector<int32_t> ranks;
+    for (const auto& a : rv.arrived) ranks.push_back(a.rank);
+    std::sort(ranks.begin(), ranks.end());  // the full run lists them in arrival order
+    for (int32_t rank : ranks) text += fmt::format(" {}", rank);
+    text += "\n";
+  }
+  return text;
+}
+
+struct HangTally {
+  int hangs = 0;
+  int described = 0;  // hangs a reduced run described from its classes
+};
+
+// An OOM injected at a few allocations of `rank`: the reduced run (no observer, as check runs
+// it) against the full one.
+void ExpectSameHangs(const sim::LoadedInput& loaded, int32_t rank, const std::string& what, HangTally& tally) {
+  const traces::Schedule& schedule = loaded.schedule;
+  StatusOr<std::unique_ptr<sim::CostProvider>> costs = sim::MakeCostProvider(schedule, loaded.setup);
+  ASSERT_TRUE(costs.ok()) << what << ": " << costs.status().message();
+  std::vector<int64_t> allocations;
+  for (const traces::Op& op : schedule.ProgramOf(rank).ops) {
+    if (std::holds_alternative<traces::AllocateOp>(op.payload)) allocations.push_back(op.id);
+  }
+  if (allocations.empty()) return;
+  constexpr size_t kPerRank = 4;
+  for (size_t i = 0; i < kPerRank; ++i) {
+    const int64_t op_id = allocations[(allocations.size() - 1) * i / (kPerRank - 1)];
+    sim::EngineConfig config = sim::EngineConfigFor(loaded.setup, schedule);
+    config.memory.record_history = false;
+    config.inject_oom = sim::InjectedOom{rank, op_id};
+    config.reduce_symmetry = true;
+    StatusOr<sim::SimulationResult> reduced = sim::Simulate(schedule, **costs, config, nullptr);
+    config.reduce_symmetry = false;
+    StatusOr<sim::SimulationResult> full = sim::Simulate(schedule, **costs, config, nullptr);
+    const std::string where = fmt::format("{}: OOM at rank {} op {}", what, rank, op_id);
+    ASSERT_EQ(reduced.ok(), full.ok()) << where;
+    if (!reduced.ok()) continue;
+    if (full->hung) ++tally.hangs;
+    if (reduced->symmetry.reduced && reduced->symmetry.hang_described) ++tally.described;
+    const std::string reduced_text = HangText(schedule, *reduced), full_text = HangText(schedule, *full);
+    EXPECT_TRUE(reduced_text == full_text) << where << ": differs at " << FirstDifference(reduced_text, full_text);
+  }
+}
+
+// Bundled examples up to this many ranks (the full runs are the cost). Like EveryBundledExample
+// this runs in the release build only (scripts/test.sh leaves it out under the sanitizers).
+constexpr int32_t kMaxHangExampleRanks = 256;
+
+TEST(SymmetryExactness, HangsOfEveryBundledExample) {
+  HangTally tally;
+  std::vector<fs::path> plans;
+  for (const auto& entry : fs::recursive_directory_iterator(fs::path(SHARDSCOPE_SOURCE_DIR) / "examples")) {
+    if (entry.path().extension() == ".yaml") plans.push_back(entry.path());
+  }
+  std::sort(plans.begin(), plans.end());
+  for (const fs::path& plan : plans) {
+    sim::LoadOptions options;
+    options.limits.force = true;
+    StatusOr<sim::LoadedInput> loaded = sim::LoadInput(plan.string(), options);
+    ASSERT_TRUE(loaded.ok()) << plan << ": " << loaded.status().message();
+    const int32_t world = loaded->schedule.world_size();
+    if (world > kMaxHangExampleRanks) continue;
+    ExpectSameHangs(*loaded, 0, plan.string(), tally);
+    if (world > 1) ExpectSameHangs(*loaded, world / 2 + 1 < world ? world / 2 + 1 : world - 1, plan.string(), tally);
+    if (::testing::Test::HasFailure()) return;
+  }
+  ::testing::Test::RecordProperty("hangs", tally.hangs);
+  ::testing::Test::RecordProperty("described_from_classes", tally.described);
+  EXPECT_GE(tally.hangs, 40) << "too few hangs compared";
+  EXPECT_GE(tally.described, tally.hangs / 2) << tally.described << " of " << tally.hangs << " hangs described from classes";
+}
+
+TEST(SymmetryExactness, HangsOfRandomizedPlans) {
+  std::mt19937_64 rng(20261203);
+  HangTally tally;
+  int compared = 0, drawn = 0;
+  while (compared < kRandomPlans && drawn < 400) {
+    ++drawn;
+    const std::string yaml = RandomPlan(rng);
+    StatusOr<sim::Plan> plan = sim::ParsePlan(yaml, "<random>");
+    if (!plan.ok()) continue;
+    StatusOr<sim::LoadedInput> loaded = sim::LoadPlan(*plan, "<random>");
+    if (!loaded.ok()) continue;
+    ++compared;
+    ExpectSameHangs(*loaded, loaded->schedule.world_size() - 1, yaml, tally);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_EQ(compared, kRandomPlans);
+  ::testing::Test::RecordProperty("hangs", tally.hangs);
+  ::testing::Test::RecordProperty("described_from_classes", tally.described);
+  EXPECT_GE(tally.described, 1) << "no hang was described from classes";
+}
+
+// `shardscope check`'s whole text, reduced against --all-ranks, on two small examples (release
+// build only, as above).
+TEST(SymmetryExactness, CheckTextOfSmallExamples) {
+  int compared = 0;
+  for (const char* name : {"examples/small-fsdp2-8gpu.yaml", "examples/llama3-8b-fsdp2-64xa100.yaml"}) {
+    const std::string path = fs::path(SHARDSCOPE_SOURCE_DIR) / name;
+    std::string texts[2];
+    for (int every_rank = 0; every_rank < 2; ++every_rank) {
+      sim::LoadOptions options;
+      options.simulate_every_rank = every_rank == 1;
+      StatusOr<sim::LoadedInput> loaded = sim::LoadInput(path, options);
+      ASSERT_TRUE(loaded.ok()) << path << ": " << loaded.status().message();
+      sim::CheckSettings settings;
+      settings.threads = 2;
+      StatusOr<sim::CheckRun> run =
+          sim::RunCheck(*loaded, name, settings, [&](const std::string& piece) { texts[every_rank] += piece; }, {});
+      ASSERT_TRUE(run.ok()) << path << ": " << run.status().message();
+      texts[every_rank] += run->failure;
+    }
+    EXPECT_TRUE(texts[0] == texts[1]) << name << ": differs at " << FirstDifference(texts[0], texts[1]);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2);
 }
 
 }  // namespace

@@ -203,9 +203,9 @@ StatusOr<SimulationResult> Engine::Run() {
     }
     if (!r.stats.finished && !r.stats.oom_handled) {
       result.hung = true;
-      // A reduced run that hangs is simulated again in full (Simulate): its states stand for
-      // classes, not the ranks a hang report names.
-      if (!reduced_) result.blocked.push_back(DescribeBlocked(r));
+      // A reduced run's states stand for classes, not the ranks a hang report names: they are
+      // described rank by rank below (DescribeReducedHang), or the run is simulated again in full.
+      if (!reduced_) result.blocked.push_back(DescribeBlocked(r, r.rank, r.comm_of_slot));
     }
     // Without checkpoint ops the step is the whole run (host time after the last span, an
     // out-of-memory stop, included).
@@ -222,7 +222,13 @@ StatusOr<SimulationResult> Engine::Run() {
     result.straggler = Straggler{static_cast<int32_t>(rank), stats.last_arrivals, stats.collectives,
                                  stats.collective_wait_caused_ns};
   }
-  if (result.hung && !reduced_) result.rendezvous = PendingRendezvouses();
+  if (result.hung) {
+    if (!reduced_) {
+      result.rendezvous = PendingRendezvouses();
+    } else {
+      result.symmetry.hang_described = DescribeReducedHang(result);
+    }
+  }
   return result;
 }
 
@@ -273,10 +279,13 @@ StatusOr<SimulationResult> RunEngine(const traces::Schedule& schedule, const Cos
   return engine.Run();
 }
 
-// A reduced run that hangs or agrees on an OOM: its report names ranks, communicators and
-// arrival orders one by one, which only the full run has.
-bool NeedsFullRun(const SimulationResult& result, const EngineConfig& config) {
-  return config.rerun_hangs_in_full && result.symmetry.reduced && (result.hung || result.oom_agreed);
+// A reduced run that agrees on an OOM, or hangs where its hang could not be described rank by
+// rank (a mismatched rendezvous, whose report reads the order members arrived in), or hangs
+// while an observer watches (the hang's trace and dumps come from the run it watched): the
+// report names ranks, communicators and arrival orders one by one, which only the full run has.
+bool NeedsFullRun(const SimulationResult& result, const EngineConfig& config, bool observed) {
+  if (!config.rerun_hangs_in_full || !result.symmetry.reduced) return false;
+  return result.oom_agreed || (result.hung && (observed || !result.symmetry.hang_described));
 }
 
 }  // namespace
@@ -292,14 +301,14 @@ StatusOr<SimulationResult> Simulate(const traces::Schedule& schedule, const Cost
     EngineConfig probe_config = config;
     probe_config.progress = nullptr;
     SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult probe, RunEngine(schedule, costs, probe_config, nullptr));
-    if (NeedsFullRun(probe, config)) {
+    if (NeedsFullRun(probe, config, /*observed=*/true)) {
       SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, RunEngine(schedule, costs, full, observer));
       result.symmetry.why_not = probe.hung ? "the reduced run hangs: simulated in full" : "the reduced run agrees on an OOM: simulated in full";
       return result;
     }
   }
   SHARDSCOPE_ASSIGN_OR_RETURN(SimulationResult result, RunEngine(schedule, costs, config, observer));
-  if (!NeedsFullRun(result, config)) return result;
+  if (!NeedsFullRun(result, config, observer != nullptr)) return result;
   const bool hung = result.hung;
   SHARDSCOPE_ASSIGN_OR_RETURN(result, RunEngine(schedule, costs, full, observer));
   result.symmetry.why_not = hung ? "the reduced run hangs: simulated in full" : "the reduced run agrees on an OOM: simulated in full";

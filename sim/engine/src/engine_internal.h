@@ -397,9 +397,10 @@ class Engine {
   void EmitDevice(RankState& r, const Participant& p, int64_t start, int64_t end,
                   const CollectiveRun* run);
   // The state a hang leaves (hang_snapshot.cc): runs once per unfinished rank, at the end.
-  std::string DescribeOp(const RankState& r, int32_t op_index) const;
-  BlockedRank DescribeBlocked(const RankState& r) const;
+  std::string DescribeOp(const RankState& r, const std::vector<int32_t>& comm_of_slot, int32_t op_index) const;
+  BlockedRank DescribeBlocked(const RankState& r, int32_t rank, const std::vector<int32_t>& comm_of_slot) const;
   std::vector<PendingRendezvous> PendingRendezvouses() const;
+  bool DescribeReducedHang(SimulationResult& result) const;
 
   const traces::Schedule& schedule_;
   const CostProvider& costs_;

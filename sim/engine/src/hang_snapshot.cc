@@ -5,22 +5,25 @@
 
 namespace shardscope::sim::engine_internal {
 
-std::string Engine::DescribeOp(const RankState& r, int32_t op_index) const {
+std::string Engine::DescribeOp(const RankState& r, const std::vector<int32_t>& comm_of_slot, int32_t op_index) const {
   const Op& op = OpOf(r, op_index);
   std::string text = fmt::format("op {} {}", op.id, traces::OpKindName(op.payload));
   if (op.name != traces::kNoName) text += fmt::format(" '{}'", r.program->NameOf(op.name));
   if (const auto* coll = std::get_if<CollectiveOp>(&op.payload)) {
-    const int32_t comm = r.comm_of_slot[static_cast<size_t>(coll->comm)];
+    const int32_t comm = comm_of_slot[static_cast<size_t>(coll->comm)];
     text += fmt::format(" {} on '{}'", traces::CollectiveTypeName(coll->type),
                         schedule_.communicators[static_cast<size_t>(comm)].name);
   }
   return text;
 }
 
-// Runs once per unfinished rank when the run ends, never on the hot path.
-BlockedRank Engine::DescribeBlocked(const RankState& r) const {
+// Runs once per unfinished rank when the run ends, never on the hot path. `rank` and
+// `comm_of_slot` name the rank described and its communicators: the state's own, or, in a
+// reduced run, one member of the state's class (its timeline is the state's; its communicators
+// are its own, not the class representatives the state ran on).
+BlockedRank Engine::DescribeBlocked(const RankState& r, int32_t rank, const std::vector<int32_t>& comm_of_slot) const {
   BlockedRank blocked;
-  blocked.rank = r.rank;
+  blocked.rank = rank;
   const int32_t pc = r.host.pc;
   const bool at_op = static_cast<size_t>(pc) < r.program->ops.size();
   switch (r.host.wait) {
@@ -29,11 +32,11 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
     case HostWait::kDevice:
     case HostWait::kRecord:
     case HostWait::kQueueFull:
-      blocked.host = "blocked in " + DescribeOp(r, pc);
+      blocked.host = "blocked in " + DescribeOp(r, comm_of_slot, pc);
       break;
     case HostWait::kStopped:
       blocked.host = (r.oom_caught ? "caught out of memory in " : "stopped: out of memory in ") +
-                     DescribeOp(r, pc) +
+                     DescribeOp(r, comm_of_slot, pc) +
                      (r.oom_caught ? ", waiting in its OOM-flag all_reduce" : "");
       break;
     default: blocked.host = fmt::format("at op index {}", pc); break;
@@ -90,8 +93,8 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
   // Every issued collective with its per-communicator numbers (Flight Recorder counts
   // collectives and p2p apart); the lane index tells which ones are unfinished.
   std::vector<CommLaneState> lanes(r.lanes.size());
-  for (size_t slot = 0; slot < r.comm_of_slot.size(); ++slot) {
-    lanes[static_cast<size_t>(r.lane_of_slot[slot])].communicator = r.comm_of_slot[slot];
+  for (size_t slot = 0; slot < comm_of_slot.size(); ++slot) {
+    lanes[static_cast<size_t>(r.lane_of_slot[slot])].communicator = comm_of_slot[slot];
   }
   for (size_t lane = 0; lane < r.lanes.size(); ++lane) {
     lanes[lane].issued = r.lanes[lane].issued;
@@ -183,30 +186,62 @@ BlockedRank Engine::DescribeBlocked(const RankState& r) const {
                       : s.waiting_record >= 0 ? " (waiting for an event)"
                                               : "";
     blocked.streams.push_back(fmt::format("stream '{}': {}{}", r.program->streams[i].name,
-                                          DescribeOp(r, head.op_index), why));
+                                          DescribeOp(r, comm_of_slot, head.op_index), why));
     blocked.stream_states.push_back(std::move(state));
   }
   return blocked;
 }
 
-// Collectives some members reached: who arrived, with what (the hang report's input).
+// Collectives some members reached: who arrived, with what (the hang report's input). In a
+// reduced run a representative communicator's rendezvous holds one arrival per rank class;
+// each communicator of its class gets its own members of the classes that arrived, in the
+// communicator's rank order (the full run lists them in arrival order; the report reads the
+// order only where arrivals differ, a mismatch, and a reduced run with one is simulated in full).
 std::vector<PendingRendezvous> Engine::PendingRendezvouses() const {
   std::vector<PendingRendezvous> out;
   for (size_t comm = 0; comm < rendezvous_.size(); ++comm) {
-    const Rendezvous& rv = rendezvous_[comm];
+    const size_t runs_on = reduced_ ? static_cast<size_t>(classes_.comm_representative[comm]) : comm;
+    const Rendezvous& rv = rendezvous_[runs_on];
     if (rv.arrived.empty()) continue;
     PendingRendezvous pending;
     pending.communicator = static_cast<int32_t>(comm);
     pending.seq = rv.seq + 1;
     pending.mismatch = rv.mismatch;
-    for (const Participant& p : rv.arrived) {
+    const auto arrival = [&](const Participant& p, int32_t rank) {
       const RankState& r = ranks_[static_cast<size_t>(p.state)];
       const auto& coll = std::get<CollectiveOp>(OpOf(r, p.op_index).payload);
-      pending.arrived.push_back({r.rank, p.stream, p.op_index, coll.type, coll.bytes, coll.dtype});
+      pending.arrived.push_back({rank, p.stream, p.op_index, coll.type, coll.bytes, coll.dtype});
+    };
+    if (!reduced_) {
+      for (const Participant& p : rv.arrived) arrival(p, ranks_[static_cast<size_t>(p.state)].rank);
+    } else {
+      for (int32_t member : schedule_.communicators[comm].ranks) {
+        const int32_t state = classes_.class_of_rank[static_cast<size_t>(member)];
+        auto it = std::find_if(rv.arrived.begin(), rv.arrived.end(), [&](const Participant& p) { return p.state == state; });
+        if (it != rv.arrived.end()) arrival(*it, member);
+      }
     }
     out.push_back(std::move(pending));
   }
   return out;
+}
+
+// The hang report's input from a reduced run: every unfinished rank described through its
+// class's state, and the rendezvous expanded. False (nothing set) when a rendezvous is
+// mismatched: there the report reads the order the members arrived in, which only the full
+// run has.
+bool Engine::DescribeReducedHang(SimulationResult& result) const {
+  if (std::any_of(rendezvous_.begin(), rendezvous_.end(), [](const Rendezvous& rv) { return rv.mismatch && !rv.arrived.empty(); })) {
+    return false;
+  }
+  for (size_t rank = 0; rank < classes_.class_of_rank.size(); ++rank) {
+    const RankStats& stats = result.ranks[rank];
+    if (stats.finished || stats.oom_handled) continue;
+    const RankState& r = ranks_[static_cast<size_t>(classes_.class_of_rank[rank])];
+    result.blocked.push_back(DescribeBlocked(r, static_cast<int32_t>(rank), schedule_.ranks[rank].comm_binding));
+  }
+  result.rendezvous = PendingRendezvouses();
+  return true;
 }
 
 }  // namespace shardscope::sim::engine_internal

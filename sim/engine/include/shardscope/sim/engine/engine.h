@@ -133,12 +133,14 @@ struct EngineConfig {
   std::function<void(double)> progress;
   // Simulate one rank per class of ranks whose timelines are identical (rank_classes.h) and
   // give every rank its class's results. Exact: the results equal the full simulation's. A
-  // run that hangs or agrees on an OOM is simulated again in full (its report names ranks and
-  // communicators one by one). false: every rank is simulated (`--all-ranks`).
+  // run that hangs is described rank by rank from its classes (SymmetryReduction::
+  // hang_described); one that agrees on an OOM, hangs at a mismatched rendezvous or hangs
+  // under an observer is simulated again in full (its report names ranks, communicators and
+  // arrival orders one by one). false: every rank is simulated (`--all-ranks`).
   bool reduce_symmetry = true;
   // false: a reduced run that hangs or agrees on an OOM keeps its reduced result instead of
   // being simulated again in full. Every RankStats is still exact (memory.oom and finished
-  // included), but `blocked` and `rendezvous` are empty: no hang report can be made from it.
+  // included); `blocked` and `rendezvous` are set only where SymmetryReduction::hang_described.
   // For callers that only need the verdict (`tune`).
   bool rerun_hangs_in_full = true;
 };
@@ -438,6 +440,9 @@ struct SymmetryReduction {
   // differs): "rank 3 binds communicators 'a' and 'b' of one class", "the reduced run hung:
   // simulated again in full".
   std::string why_not;
+  // A reduced run that hung: `blocked` and `rendezvous` describe every rank, expanded from its
+  // class (false: they are empty, and Simulate runs it again in full unless told not to).
+  bool hang_described = false;
 };
 
 struct SimulationResult {
