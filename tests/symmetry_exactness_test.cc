@@ -119,16 +119,22 @@ void ExpectSameOutputs(const sim::LoadedInput& loaded, const std::optional<std::
   }
 }
 
-// Every bundled example, tracing its last rank (alone in its class: the others' classes are
-// simulated through representatives). One traced rank: writing a trace costs far more than
-// simulating these worlds, and the randomized plans below trace the default ranks.
-TEST(SymmetryExactness, EveryBundledExample) {
-  Tally tally;
+// Every plan under examples/, in path order.
+std::vector<fs::path> BundledExamplePlans() {
   std::vector<fs::path> plans;
   for (const auto& entry : fs::recursive_directory_iterator(fs::path(SHARDSCOPE_SOURCE_DIR) / "examples")) {
     if (entry.path().extension() == ".yaml") plans.push_back(entry.path());
   }
   std::sort(plans.begin(), plans.end());
+  return plans;
+}
+
+// Every bundled example, tracing its last rank (alone in its class: the others' classes are
+// simulated through representatives). One traced rank: writing a trace costs far more than
+// simulating these worlds, and the randomized plans below trace the default ranks.
+TEST(SymmetryExactness, EveryBundledExample) {
+  Tally tally;
+  const std::vector<fs::path> plans = BundledExamplePlans();
   ASSERT_GE(plans.size(), 30u);
   for (const fs::path& plan : plans) {
     sim::LoadOptions options;
@@ -315,11 +321,7 @@ constexpr int32_t kMaxHangExampleRanks = 256;
 
 TEST(SymmetryExactness, HangsOfEveryBundledExample) {
   HangTally tally;
-  std::vector<fs::path> plans;
-  for (const auto& entry : fs::recursive_directory_iterator(fs::path(SHARDSCOPE_SOURCE_DIR) / "examples")) {
-    if (entry.path().extension() == ".yaml") plans.push_back(entry.path());
-  }
-  std::sort(plans.begin(), plans.end());
+  const std::vector<fs::path> plans = BundledExamplePlans();
   for (const fs::path& plan : plans) {
     sim::LoadOptions options;
     options.limits.force = true;
